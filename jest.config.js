@@ -1,0 +1,23 @@
+/**
+ * Jest in ESM mode (NestJS 12 is ESM-only): run through `node --experimental-vm-modules`.
+ * Jest 30 fails the test during which a promise rejection goes unhandled, so none slips by;
+ * there is no `--forceExit`: a connection or timer left open keeps the run from ending.
+ */
+export default {
+  testEnvironment: 'node',
+  rootDir: '.',
+  roots: ['<rootDir>/libs', '<rootDir>/apps', '<rootDir>/test'],
+  testRegex: '\\.(spec|e2e-spec)\\.ts$',
+  moduleFileExtensions: ['ts', 'js', 'json'],
+  extensionsToTreatAsEsm: ['.ts'],
+  transform: {
+    '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.json' }],
+  },
+  moduleNameMapper: {
+    '^nest-lock$': '<rootDir>/libs/lock/src/index.ts',
+    '^(\\.{1,2}/.*)\\.js$': '$1',
+  },
+  // Child-process workers import the built library, as a user's app would.
+  globalSetup: '<rootDir>/test/support/build-library.ts',
+  testTimeout: 30_000,
+};

@@ -1,0 +1,46 @@
+import { Inject, Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { LOCK_OPTIONS } from './lock.constants.js';
+import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS } from './lock.module-definition.js';
+import { isRedisClient, type LockModuleOptions, resolveModuleOptions, type ResolvedModuleOptions } from './lock.options.js';
+import { LockService } from './lock.service.js';
+import { MemoryStore } from './store/memory.store.js';
+import { connectModuleClient } from './store/redis-client.js';
+import { RedisStore } from './store/redis.store.js';
+import { LockStore } from './store/store.js';
+
+const logger = new Logger('LockModule');
+
+@Module({
+  providers: [
+    {
+      provide: LOCK_OPTIONS,
+      useFactory: (options: LockModuleOptions) => resolveModuleOptions(options),
+      inject: [LOCK_MODULE_OPTIONS],
+    },
+    { provide: LockStore, useFactory: createStore, inject: [LOCK_OPTIONS] },
+    LockService,
+  ],
+  exports: [LockService, LockStore, LOCK_OPTIONS],
+})
+export class LockModule extends ConfigurableModuleClass implements OnApplicationShutdown {
+  constructor(@Inject(LockStore) private readonly store: LockStore) {
+    super();
+  }
+
+  /** After every module's onModuleDestroy, so that those may still release their locks. */
+  async onApplicationShutdown(): Promise<void> {
+    await this.store.close();
+  }
+}
+
+async function createStore({ redis, keyPrefix, commandTimeout }: ResolvedModuleOptions): Promise<LockStore> {
+  if (redis === undefined) {
+    logger.warn('No redis configured: using the embedded memory store, locks are process-local');
+    return new MemoryStore();
+  }
+  if (isRedisClient(redis)) {
+    return new RedisStore(redis, { keyPrefix, commandTimeout, ownsClient: false });
+  }
+  const client = await connectModuleClient(redis, logger);
+  return new RedisStore(client, { keyPrefix, commandTimeout, ownsClient: true });
+}

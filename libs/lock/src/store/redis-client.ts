@@ -1,0 +1,42 @@
+import { Logger } from '@nestjs/common';
+import { Redis, type RedisOptions } from 'ioredis';
+
+/**
+ * Client settings for a connection the module opens itself. A lock command must either
+ * reach a live server now or fail now: a command queued while Redis is away, or resent
+ * after a reconnect, could take a lock long after its caller gave up on it.
+ * Options the user passed win over these.
+ */
+const MODULE_CLIENT_DEFAULTS: RedisOptions = {
+  lazyConnect: true,
+  enableOfflineQueue: false,
+  autoResendUnfulfilledCommands: false,
+  maxRetriesPerRequest: 0,
+  retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
+};
+
+/** Opens the module's own client and logs each outage once rather than every reconnect attempt. */
+export async function connectModuleClient(redis: string | RedisOptions, logger: Logger): Promise<Redis> {
+  const client =
+    typeof redis === 'string'
+      ? new Redis(redis, MODULE_CLIENT_DEFAULTS)
+      : new Redis({ ...MODULE_CLIENT_DEFAULTS, ...redis });
+
+  let reachable = true;
+  client.on('error', (error: Error) => {
+    if (!reachable) return;
+    reachable = false;
+    logger.warn(`Redis is unreachable (${error.message}); lock calls fail with LockBackendError until it is back`);
+  });
+  client.on('ready', () => {
+    if (reachable) return;
+    reachable = true;
+    logger.log('Redis is reachable again');
+  });
+
+  if (client.status === 'wait') {
+    // A failed first connect is not fatal: the client keeps reconnecting in the background.
+    await client.connect().catch(() => undefined);
+  }
+  return client;
+}

@@ -1,0 +1,148 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { createConnection, createServer } from 'node:net';
+
+const INSTALL_HINT =
+  'redis-server is not installed or not on PATH. The tests start their own throwaway servers: ' +
+  'install it first (Debian/Ubuntu: `apt-get install -y redis-server`, macOS: `brew install redis`).';
+
+const running = new Set<ChildProcess>();
+// A crashed test run must not leave servers behind.
+process.once('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+/**
+ * A throwaway `redis-server` on a free port, with no persistence, stopped by PID.
+ * Fault tests can kill it, freeze it (SIGSTOP) and restart it on the same port.
+ */
+export class RedisServer {
+  private process?: ChildProcess;
+  private paused = false;
+
+  private constructor(readonly port: number) {}
+
+  static async start(): Promise<RedisServer> {
+    assertInstalled();
+    for (let tries = 1; ; tries++) {
+      const server = new RedisServer(await freePort());
+      try {
+        await server.launch();
+        return server;
+      } catch (error) {
+        // Another process may have taken the port between our probe and redis binding it.
+        if (tries === 3) throw error;
+      }
+    }
+  }
+
+  get url(): string {
+    return `redis://127.0.0.1:${this.port}`;
+  }
+
+  get pid(): number | undefined {
+    return this.process?.pid;
+  }
+
+  /** Graceful stop (SIGTERM); a frozen server is killed. */
+  async stop(): Promise<void> {
+    await this.terminate(this.paused ? 'SIGKILL' : 'SIGTERM');
+  }
+
+  /** Crash: SIGKILL, no shutdown. */
+  async kill(): Promise<void> {
+    await this.terminate('SIGKILL');
+  }
+
+  /** Freeze the process: connections stay open but nothing is answered. */
+  pause(): void {
+    this.signal('SIGSTOP');
+    this.paused = true;
+  }
+
+  resume(): void {
+    this.signal('SIGCONT');
+    this.paused = false;
+  }
+
+  /** Start again on the same port, empty. */
+  async restart(): Promise<void> {
+    await this.kill();
+    await this.launch();
+  }
+
+  private async launch(): Promise<void> {
+    const child = spawn(
+      'redis-server',
+      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'],
+      { stdio: ['ignore', 'ignore', 'pipe'] },
+    );
+    let stderr = '';
+    child.stderr!.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
+    running.add(child);
+    child.once('exit', () => running.delete(child));
+    this.process = child;
+    this.paused = false;
+
+    const exitedAtStart = once(child, 'exit').then(([code]) => {
+      throw new Error(`redis-server on port ${this.port} exited at start (code ${code}): ${stderr}`);
+    });
+    exitedAtStart.catch(() => undefined); // it exits normally later, when a test stops it
+    await Promise.race([waitForPong(this.port, () => child.exitCode !== null), exitedAtStart]);
+  }
+
+  private signal(signal: NodeJS.Signals): void {
+    if (!this.process?.pid) throw new Error('redis-server is not running');
+    process.kill(this.process.pid, signal);
+  }
+
+  private async terminate(signal: NodeJS.Signals): Promise<void> {
+    const child = this.process;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = once(child, 'exit');
+    process.kill(child.pid!, signal);
+    await exited;
+    this.process = undefined;
+    this.paused = false;
+  }
+}
+
+function assertInstalled(): void {
+  const probe = spawnSync('redis-server', ['--version'], { stdio: 'ignore' });
+  if (probe.error) throw new Error(INSTALL_HINT);
+}
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address() as { port: number };
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+/** Polls with a raw PING until the server answers PONG (at most 10 s). */
+async function waitForPong(port: number, exited: () => boolean): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  while (Date.now() < deadline && !exited()) {
+    if (await ping(port)) return;
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  throw new Error(`redis-server on port ${port} did not answer PING within 10 s`);
+}
+
+function ping(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = createConnection({ port, host: '127.0.0.1' });
+    socket.setTimeout(500);
+    const finish = (answer: boolean) => {
+      socket.destroy();
+      resolve(answer);
+    };
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.once('data', (data) => finish(data.toString().startsWith('+PONG')));
+    socket.once('error', () => finish(false));
+    socket.once('timeout', () => finish(false));
+  });
+}
