@@ -13,14 +13,18 @@ export interface LockApp {
   readonly server?: RedisServer;
 }
 
-/** Boots `LockModule.forRoot` in a testing module, on the memory store or a fresh redis-server. */
-export async function createLockApp(kind: StoreKind, options: LockModuleOptions = {}): Promise<LockApp> {
-  const server = kind === 'redis' ? await RedisServer.start() : undefined;
-  const module = await Test.createTestingModule({
-    imports: [LockModule.forRoot({ ...options, ...(server && { redis: server.url }) })],
-  }).compile();
+/** Boots `LockModule.forRoot(options)` in a testing module. */
+export async function bootLockModule(options: LockModuleOptions): Promise<LockApp> {
+  const module = await Test.createTestingModule({ imports: [LockModule.forRoot(options)] }).compile();
   await module.init();
-  return { locks: module.get(LockService), module, server };
+  return { locks: module.get(LockService), module };
+}
+
+/** Boots the module on the memory store, or on a fresh redis-server of its own. */
+export async function createLockApp(kind: StoreKind, options: LockModuleOptions = {}): Promise<LockApp> {
+  if (kind === 'memory') return bootLockModule(options);
+  const server = await RedisServer.start();
+  return { ...(await bootLockModule({ ...options, redis: server.url })), server };
 }
 
 export async function closeLockApp(app: LockApp | undefined): Promise<void> {

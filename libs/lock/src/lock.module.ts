@@ -1,6 +1,6 @@
-import { Inject, Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { type DynamicModule, Inject, Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { LOCK_OPTIONS } from './lock.constants.js';
-import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS } from './lock.module-definition.js';
+import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS, type OPTIONS_TYPE } from './lock.module-definition.js';
 import { isRedisClient, type LockModuleOptions, resolveModuleOptions, type ResolvedModuleOptions } from './lock.options.js';
 import { LockService } from './lock.service.js';
 import { MemoryStore } from './store/memory.store.js';
@@ -25,6 +25,11 @@ const logger = new Logger('LockModule');
 export class LockModule extends ConfigurableModuleClass implements OnApplicationShutdown {
   constructor(@Inject(LockStore) private readonly store: LockStore) {
     super();
+  }
+
+  /** Without options (or without `redis`): the embedded memory store. */
+  static override forRoot(options: typeof OPTIONS_TYPE = {}): DynamicModule {
+    return super.forRoot(options);
   }
 
   /** After every module's onModuleDestroy, so that those may still release their locks. */

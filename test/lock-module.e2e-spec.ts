@@ -1,0 +1,142 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, type LoggerService, Module } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  InvalidArgumentError,
+  LOCK_OPTIONS,
+  LockModule,
+  type LockModuleOptions,
+  LockService,
+  type ResolvedModuleOptions,
+} from 'nest-lock';
+import { RedisServer } from './support/redis-server.js';
+
+class RecordingLogger implements LoggerService {
+  readonly lines: string[] = [];
+  log(message: string) {
+    this.lines.push(message);
+  }
+  warn(message: string) {
+    this.lines.push(message);
+  }
+  error(message: string) {
+    this.lines.push(message);
+  }
+}
+
+@Injectable()
+class AppConfig {
+  readonly lockTtl = 12_345;
+}
+
+@Module({ providers: [AppConfig], exports: [AppConfig] })
+class ConfigModule {}
+
+@Injectable()
+class OrderJob {
+  constructor(readonly locks: LockService) {}
+}
+
+@Module({ providers: [OrderJob] })
+class OrdersModule {}
+
+describe('LockModule', () => {
+  let server: RedisServer;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  it('forRoot() without redis uses the memory store and says once that locks are process-local', async () => {
+    const logger = new RecordingLogger();
+    const module = await Test.createTestingModule({ imports: [LockModule.forRoot()] })
+      .setLogger(logger)
+      .compile();
+
+    const lock = await module.get(LockService).lock('k');
+    expect(await lock.unlock()).toBe(true);
+    expect(logger.lines.filter((line) => line.includes('process-local'))).toHaveLength(1);
+    await module.close();
+  });
+
+  it('forRootAsync() takes options from a factory with injected dependencies', async () => {
+    const module = await Test.createTestingModule({
+      imports: [
+        LockModule.forRootAsync({
+          imports: [ConfigModule],
+          inject: [AppConfig],
+          useFactory: (config: AppConfig): LockModuleOptions => ({
+            redis: server.url,
+            keyPrefix: 'app:',
+            defaults: { ttl: config.lockTtl },
+          }),
+        }),
+      ],
+    }).compile();
+
+    const options = module.get<ResolvedModuleOptions>(LOCK_OPTIONS);
+    expect(options.defaults).toEqual({ ttl: 12_345, timeout: 5_000, step: 1, ratio: 2, maxStep: 500 });
+    expect(options.keyPrefix).toBe('app:');
+    const lock = await module.get(LockService).lock('order:1');
+    expect(await lock.unlock()).toBe(true);
+    await module.close();
+  });
+
+  it('forRootAsync() takes options from a class', async () => {
+    @Injectable()
+    class LockConfig {
+      createLockOptions(): LockModuleOptions {
+        return { defaults: { timeout: 0 } };
+      }
+    }
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRootAsync({ useClass: LockConfig })],
+    }).compile();
+
+    expect(module.get<ResolvedModuleOptions>(LOCK_OPTIONS).defaults.timeout).toBe(0);
+    await module.close();
+  });
+
+  it('is global by default, so feature modules inject LockService without importing it', async () => {
+    const module = await Test.createTestingModule({ imports: [LockModule.forRoot(), OrdersModule] }).compile();
+
+    expect(module.get(OrderJob).locks).toBe(module.get(LockService));
+    await module.close();
+  });
+
+  it('stays local to the importing module with isGlobal: false', async () => {
+    const compiling = Test.createTestingModule({
+      imports: [LockModule.forRoot({ isGlobal: false }), OrdersModule],
+    }).compile();
+
+    await expect(compiling).rejects.toThrow(/LockService/);
+  });
+
+  describe('rejects invalid options at bootstrap, naming the option', () => {
+    const cases: [string, LockModuleOptions, string][] = [
+      ['a keyPrefix with a brace', { keyPrefix: 'a{b' }, 'keyPrefix'],
+      ['defaults.ttl 0', { defaults: { ttl: 0 } }, 'defaults.ttl'],
+      ['defaults.timeout -1', { defaults: { timeout: -1 } }, 'defaults.timeout'],
+      ['defaults.ratio 0.5', { defaults: { ratio: 0.5 } }, 'defaults.ratio'],
+      ['defaults.maxStep NaN', { defaults: { maxStep: Number.NaN } }, 'defaults.maxStep'],
+      ['an unknown default', { defaults: { tll: 5 } as never }, 'defaults.tll'],
+      ['an unknown option', { ttl: 5 } as never, 'ttl'],
+      ['a URL that is not redis://', { redis: 'http://localhost:6379' }, 'redis'],
+      ['a redis option of the wrong type', { redis: 6379 as never }, 'redis'],
+      ['commandTimeout 0', { commandTimeout: 0 }, 'commandTimeout'],
+    ];
+
+    it.each(cases)('%s', async (_, options, option) => {
+      const error = await Test.createTestingModule({ imports: [LockModule.forRoot(options)] })
+        .compile()
+        .catch((e: unknown) => e);
+
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', argument: option });
+      expect((error as Error).message).toContain(option);
+    });
+  });
+});

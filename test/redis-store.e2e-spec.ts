@@ -1,0 +1,219 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { InvalidArgumentError, LockBackendError } from 'nest-lock';
+import { once } from 'node:events';
+import { setTimeout as delay } from 'node:timers/promises';
+import { bootLockModule, closeLockApp, createLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
+import { RedisServer } from './support/redis-server.js';
+
+/** What only Redis has: its key layout, its script cache, and the ways it fails. */
+describe('LockService on Redis', () => {
+  let app: LockApp;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    app = await createLockApp('redis', { commandTimeout: 500 });
+    redis = new Redis(app.server!.url);
+  });
+  afterAll(async () => {
+    redis.disconnect();
+    await closeLockApp(app);
+  });
+
+  describe('key layout', () => {
+    it('stores the lock as <prefix>{<key>} holding the owner token, with the lease as its PTTL', async () => {
+      const lock = await app.locks.lock('order:42', { ttl: 10_000 });
+
+      expect(await redis.get('lock:{order:42}')).toBe(lock.token);
+      const pttl = await redis.pttl('lock:{order:42}');
+      expect(pttl).toBeGreaterThan(9_000);
+      expect(pttl).toBeLessThanOrEqual(10_000);
+      await lock.unlock();
+      expect(await redis.exists('lock:{order:42}')).toBe(0);
+    });
+  });
+
+  describe('script cache', () => {
+    it('still unlocks and extends after SCRIPT FLUSH empties the server cache', async () => {
+      const key = uniqueKey();
+      const lock = await app.locks.lock(key);
+      await redis.script('FLUSH');
+      expect(await lock.expire(20_000)).toBe(true);
+
+      await redis.script('FLUSH');
+      expect(await lock.unlock()).toBe(true);
+
+      await redis.script('FLUSH');
+      const again = await app.locks.lock(key, { timeout: 0 });
+      expect(await again.unlock()).toBe(true);
+    });
+  });
+
+  describe('bad input', () => {
+    it('rejects before sending anything to Redis', async () => {
+      const monitor = await redis.monitor();
+      const seen: string[] = [];
+      monitor.on('monitor', (_time: string, args: string[]) => seen.push(args.join(' ')));
+      const key = uniqueKey('bad-input');
+
+      const calls = [
+        app.locks.lock(''),
+        app.locks.lock(key, { ttl: 0 }),
+        app.locks.lock(key, { ttl: Number.NaN }),
+        app.locks.lock(key, { timeout: -1 }),
+        app.locks.lock(key, { ratio: 0.5 }),
+        app.locks.expire(key, 'token', Number.POSITIVE_INFINITY),
+      ];
+      for (const call of calls) await expect(call).rejects.toBeInstanceOf(InvalidArgumentError);
+      // A marker command: once MONITOR shows it, everything sent before it has been seen too.
+      await redis.echo('marker');
+      while (!seen.some((command) => command.includes('marker'))) await delay(5);
+
+      expect(seen.filter((command) => command.includes(key))).toEqual([]);
+      monitor.disconnect();
+    });
+  });
+});
+
+describe('LockService when Redis fails', () => {
+  it('rejects with BACKEND_UNAVAILABLE within the timeout when nothing listens on the port', async () => {
+    const server = await RedisServer.start();
+    const url = server.url;
+    await server.stop();
+    const app = await bootLockModule({ redis: url, commandTimeout: 500 });
+    try {
+      const started = performance.now();
+      const error = await app.locks.lock(uniqueKey(), { timeout: 500 }).catch((e: unknown) => e);
+
+      expect(error).toBeInstanceOf(LockBackendError);
+      expect(error).toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+      expect(performance.now() - started).toBeLessThan(500 + 1_000);
+
+      await expect(app.locks.tryLock(uniqueKey())).rejects.toBeInstanceOf(LockBackendError);
+      await expect(app.locks.unlock('k', 'token')).rejects.toBeInstanceOf(LockBackendError);
+      await expect(app.locks.expire('k', 'token', 1_000)).rejects.toBeInstanceOf(LockBackendError);
+      await expect(app.locks.isLocked('k')).rejects.toBeInstanceOf(LockBackendError);
+    } finally {
+      await closeLockApp(app);
+    }
+  });
+
+  describe('with a server that dies, freezes and comes back', () => {
+    let app: LockApp;
+    let server: RedisServer;
+
+    beforeAll(async () => {
+      app = await createLockApp('redis', { commandTimeout: 500 });
+      server = app.server!;
+    });
+    afterAll(async () => {
+      await closeLockApp(app);
+    });
+
+    it('rejects a waiting lock() with BACKEND_UNAVAILABLE when the server is killed, then recovers', async () => {
+      const key = uniqueKey();
+      await app.locks.lock(key, { ttl: 60_000 });
+      const started = performance.now();
+      const waiting = app.locks.lock(key, { timeout: 1_000 }).catch((e: unknown) => e);
+      await delay(200);
+      await server.kill();
+
+      const error = await waiting;
+      expect(error).toBeInstanceOf(LockBackendError);
+      expect(performance.now() - started).toBeLessThan(1_000 + 1_000);
+
+      await server.restart();
+      // Same LockService, same client: it reconnects by itself (the wait loop rides out the reconnect).
+      const lock = await app.locks.lock(key, { timeout: 10_000 });
+      expect(await lock.unlock()).toBe(true);
+    });
+
+    it('rejects with BACKEND_UNAVAILABLE instead of hanging while the server is frozen', async () => {
+      const key = uniqueKey();
+      server.pause();
+      try {
+        const started = performance.now();
+        const error = await app.locks.lock(key, { timeout: 300 }).catch((e: unknown) => e);
+
+        expect(error).toBeInstanceOf(LockBackendError);
+        // The timeout, plus the one command in flight at the deadline (commandTimeout 500).
+        expect(performance.now() - started).toBeLessThan(300 + 500 + 500);
+        await expect(app.locks.unlock(key, 'token')).rejects.toBeInstanceOf(LockBackendError);
+      } finally {
+        server.resume();
+      }
+      const lock = await app.locks.lock(key, { timeout: 5_000 });
+      await lock.unlock();
+    });
+
+    it('leaves no lock behind when an attempt that timed out is applied after the server wakes up', async () => {
+      const key = uniqueKey();
+      server.pause();
+      await expect(app.locks.lock(key, { timeout: 0, ttl: 60_000 })).rejects.toBeInstanceOf(LockBackendError);
+      server.resume();
+
+      // The frozen server now runs the SET it had received, then the release sent after it.
+      await delay(200);
+      expect(await app.locks.isLocked(key)).toBe(false);
+    });
+  });
+
+  it('answers commands that were in flight before their replies time out, without unhandled rejections', async () => {
+    const app = await createLockApp('redis', { commandTimeout: 200 });
+    const server = app.server!;
+    try {
+      server.pause();
+      const calls = Array.from({ length: 20 }, () => app.locks.tryLock(uniqueKey()).catch((e: unknown) => e));
+      const results = await Promise.all(calls);
+      expect(results.every((result) => result instanceof LockBackendError)).toBe(true);
+      server.resume();
+      // Late replies to the timed-out commands arrive now; none of them may surface as a rejection.
+      await delay(200);
+    } finally {
+      server.resume();
+      await closeLockApp(app);
+    }
+  });
+});
+
+describe('LockModule connections', () => {
+  let server: RedisServer;
+  let inspector: Redis;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    inspector = new Redis(server.url, { connectionName: 'inspector' });
+  });
+  afterAll(async () => {
+    inspector.disconnect();
+    await server.stop();
+  });
+
+  async function clientCount(): Promise<number> {
+    const list = (await inspector.client('LIST')) as string;
+    return list.trim().split('\n').filter((line) => !line.includes('name=inspector')).length;
+  }
+
+  it('closes the connection it opened when the application closes', async () => {
+    const app = await bootLockModule({ redis: server.url });
+    expect(await app.locks.isLocked('k')).toBe(false);
+    expect(await clientCount()).toBe(1);
+
+    await app.module.close();
+    expect(await clientCount()).toBe(0);
+    await expect(app.locks.isLocked('k')).rejects.toBeInstanceOf(LockBackendError);
+  });
+
+  it('leaves a client passed in by the user open', async () => {
+    const client = new Redis(server.url);
+    await once(client, 'ready');
+    const app = await bootLockModule({ redis: client });
+    const lock = await app.locks.lock(uniqueKey());
+    await lock.unlock();
+
+    await app.module.close();
+    expect(client.status).toBe('ready');
+    expect(await client.ping()).toBe('PONG');
+    client.disconnect();
+  });
+});
