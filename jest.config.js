@@ -13,6 +13,7 @@ export default {
   transform: {
     '^.+\\.ts$': ['ts-jest', { useESM: true, tsconfig: '<rootDir>/tsconfig.json' }],
   },
+  modulePathIgnorePatterns: ['<rootDir>/dist/', '<rootDir>/libs/lock/dist/'],
   moduleNameMapper: {
     '^nest-lock$': '<rootDir>/libs/lock/src/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',

@@ -143,7 +143,9 @@ describe.each(STORE_KINDS)('LockService on the %s store', (kind) => {
       const holder = await app().locks.lock(key);
       const started = performance.now();
 
-      const error = await app().locks.lock(key, { timeout: 0 }).catch((e: unknown) => e);
+      const error = await app()
+        .locks.lock(key, { timeout: 0 })
+        .catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(LockTimeoutError);
       expect(error).toMatchObject({ code: 'LOCK_TIMEOUT', key });
@@ -156,7 +158,9 @@ describe.each(STORE_KINDS)('LockService on the %s store', (kind) => {
       const holder = await app().locks.lock(key);
       const started = performance.now();
 
-      const error = await app().locks.lock(key, { timeout: 300 }).catch((e: unknown) => e);
+      const error = await app()
+        .locks.lock(key, { timeout: 300 })
+        .catch((e: unknown) => e);
       const waited = performance.now() - started;
 
       expect(error).toBeInstanceOf(LockTimeoutError);
@@ -296,7 +300,7 @@ describe.each(STORE_KINDS)('LockService on the %s store', (kind) => {
       expect(error).toMatchObject({ code: 'INVALID_ARGUMENT' });
     });
 
-    it("rejects a bad ttl given to Lock.expire() and keeps the lock", async () => {
+    it('rejects a bad ttl given to Lock.expire() and keeps the lock', async () => {
       const lock = await app().locks.lock(uniqueKey());
 
       await expect(lock.expire(Number.NaN)).rejects.toBeInstanceOf(InvalidArgumentError);

@@ -191,7 +191,10 @@ describe('LockModule connections', () => {
 
   async function clientCount(): Promise<number> {
     const list = (await inspector.client('LIST')) as string;
-    return list.trim().split('\n').filter((line) => !line.includes('name=inspector')).length;
+    return list
+      .trim()
+      .split('\n')
+      .filter((line) => !line.includes('name=inspector')).length;
   }
 
   it('closes the connection it opened when the application closes', async () => {

@@ -7,7 +7,13 @@ export {
   SemaphoreTimeoutError,
 } from './lock.errors.js';
 export { LockModule } from './lock.module.js';
-export type { LeaseDefaults, LeaseOptions, LockModuleOptions, LockOptions, ResolvedModuleOptions } from './lock.options.js';
+export type {
+  LeaseDefaults,
+  LeaseOptions,
+  LockModuleOptions,
+  LockOptions,
+  ResolvedModuleOptions,
+} from './lock.options.js';
 export { DEFAULT_LEASE } from './lock.options.js';
 export { type Lock, LockService } from './lock.service.js';
 export { MemoryStore } from './store/memory.store.js';

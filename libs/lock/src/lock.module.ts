@@ -1,7 +1,12 @@
 import { type DynamicModule, Inject, Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS, type OPTIONS_TYPE } from './lock.module-definition.js';
-import { isRedisClient, type LockModuleOptions, resolveModuleOptions, type ResolvedModuleOptions } from './lock.options.js';
+import {
+  isRedisClient,
+  type LockModuleOptions,
+  resolveModuleOptions,
+  type ResolvedModuleOptions,
+} from './lock.options.js';
 import { LockService } from './lock.service.js';
 import { MemoryStore } from './store/memory.store.js';
 import { connectModuleClient } from './store/redis-client.js';

@@ -67,7 +67,7 @@ const MODULE_OPTION_NAMES = new Set(['redis', 'keyPrefix', 'defaults', 'commandT
 const LEASE_OPTION_NAMES = new Set(Object.keys(DEFAULT_LEASE));
 
 export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedModuleOptions {
-  if (!isPlainObject(options as unknown)) {
+  if (!isPlainObject(options)) {
     throw new InvalidArgumentError('options', 'LockModule options must be an object');
   }
   rejectUnknownNames('', options, MODULE_OPTION_NAMES);
@@ -157,7 +157,10 @@ function validateRedisOption(redis: unknown): void {
       throw new InvalidArgumentError('redis', `must be a redis:// or rediss:// URL, got "${redis}"`);
     }
   } else if (!isRedisClient(redis) && !isPlainObject(redis)) {
-    throw new InvalidArgumentError('redis', `must be a URL, ioredis options or an ioredis client, got ${describe(redis)}`);
+    throw new InvalidArgumentError(
+      'redis',
+      `must be a URL, ioredis options or an ioredis client, got ${describe(redis)}`,
+    );
   }
 }
 
@@ -174,7 +177,7 @@ function rejectUnknownNames(prefix: string, options: object, known: ReadonlySet<
   }
 }
 
-function isPlainObject(value: unknown): value is Record<string, unknown> {
+function isPlainObject(value: unknown): boolean {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 

@@ -25,7 +25,13 @@ function scriptedLease(answers: (boolean | Error)[], fallback: boolean | Error =
   };
 }
 
-const policy = (overrides: Partial<WaitPolicy>): WaitPolicy => ({ timeout: 1_000, step: 1, ratio: 2, maxStep: 500, ...overrides });
+const policy = (overrides: Partial<WaitPolicy>): WaitPolicy => ({
+  timeout: 1_000,
+  step: 1,
+  ratio: 2,
+  maxStep: 500,
+  ...overrides,
+});
 
 describe('waitForLease', () => {
   it('makes exactly one attempt when timeout is 0', async () => {

@@ -6,7 +6,7 @@
 import { NestFactory } from '@nestjs/core';
 import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
-import { LockModule, LockService } from '../../../dist/libs/lock/index.js';
+import { LockModule, LockService } from '../../../libs/lock/dist/index.js';
 
 const [url, key, processes, workers, sections, mode] = process.argv.slice(2);
 const app = await NestFactory.createApplicationContext(LockModule.forRoot({ redis: url }), { logger: false });
