@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
+import type { Server } from 'node:http';
 import request from 'supertest';
 import { AppModule } from '../apps/demo/src/app.module.js';
 import { readDemoConfig } from '../apps/demo/src/demo.config.js';
@@ -19,6 +20,8 @@ describe.each(STORE_KINDS)('demo app on the %s store', (kind) => {
     app = module.createNestApplication({ logger: false });
     await app.init();
   });
+  const http = () => app.getHttpServer() as Server;
+
   afterAll(async () => {
     await app.close();
     await server?.stop();
@@ -26,10 +29,8 @@ describe.each(STORE_KINDS)('demo app on the %s store', (kind) => {
 
   it('runs one job of a name at a time: the second concurrent run gets 409 naming the lock key', async () => {
     const [first, second] = await Promise.all([
-      request(app.getHttpServer()).post('/jobs/nightly/run'),
-      new Promise((resolve) => setTimeout(resolve, 100)).then(() =>
-        request(app.getHttpServer()).post('/jobs/nightly/run'),
-      ),
+      request(http()).post('/jobs/nightly/run'),
+      new Promise((resolve) => setTimeout(resolve, 100)).then(() => request(http()).post('/jobs/nightly/run')),
     ]);
 
     expect(first.status).toBe(201);
@@ -39,9 +40,7 @@ describe.each(STORE_KINDS)('demo app on the %s store', (kind) => {
   });
 
   it('runs jobs of different names side by side', async () => {
-    const responses = await Promise.all(
-      ['a', 'b'].map((name) => request(app.getHttpServer()).post(`/jobs/${name}/run`)),
-    );
+    const responses = await Promise.all(['a', 'b'].map((name) => request(http()).post(`/jobs/${name}/run`)));
 
     expect(responses.map((response) => response.status)).toEqual([201, 201]);
   });
