@@ -10,7 +10,9 @@ export default tseslint.config(
   {
     languageOptions: {
       globals: globals.node,
-      parserOptions: { projectService: { allowDefaultProject: ['*.js', 'test/support/workers/*.mjs'] } },
+      parserOptions: {
+        projectService: { allowDefaultProject: ['*.js', 'test/support/workers/*.mjs', 'test/compat/*.cjs'] },
+      },
     },
     rules: {
       '@typescript-eslint/no-floating-promises': 'error',
@@ -23,8 +25,13 @@ export default tseslint.config(
     },
   },
   {
-    files: ['**/*.js', '**/*.mjs'],
+    files: ['**/*.js', '**/*.mjs', '**/*.cjs'],
     ...tseslint.configs.disableTypeChecked,
+  },
+  {
+    files: ['**/*.cjs'],
+    languageOptions: { sourceType: 'commonjs' },
+    rules: { '@typescript-eslint/no-require-imports': 'off' },
   },
   prettier,
 );
