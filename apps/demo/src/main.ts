@@ -8,7 +8,8 @@ async function bootstrap(): Promise<void> {
   const app = await NestFactory.create(AppModule.register(config));
   app.enableShutdownHooks();
   await app.listen(config.port);
-  const store = config.redisUrl ? `Redis at ${config.redisUrl}` : 'the embedded memory store';
+  // Only the host: the URL may carry a password.
+  const store = config.redisUrl ? `Redis at ${new URL(config.redisUrl).host}` : 'the embedded memory store';
   Logger.log(`Demo listening on http://localhost:${config.port}, locks on ${store}`, 'Demo');
 }
 
