@@ -3,8 +3,8 @@ import { once } from 'node:events';
 import { createConnection, createServer } from 'node:net';
 
 const INSTALL_HINT =
-  'redis-server is not installed or not on PATH. The tests start their own throwaway servers: ' +
-  'install it first (Debian/Ubuntu: `apt-get install -y redis-server`, macOS: `brew install redis`).';
+  'redis-server is not installed or not on PATH (or set REDIS_SERVER to its path). The tests start their own ' +
+  'throwaway servers: install it first (Debian/Ubuntu: `apt-get install -y redis-server`, macOS: `brew install redis`).';
 
 const running = new Set<ChildProcess>();
 // A crashed test run must not leave servers behind.
@@ -20,12 +20,16 @@ export class RedisServer {
   private process?: ChildProcess;
   private paused = false;
 
-  private constructor(readonly port: number) {}
+  private constructor(
+    readonly port: number,
+    private readonly binary: string,
+  ) {}
 
-  static async start(): Promise<RedisServer> {
-    assertInstalled();
+  /** `binary`: the redis-server to run (default: `$REDIS_SERVER`, else `redis-server` on PATH). */
+  static async start({ binary = process.env.REDIS_SERVER || 'redis-server' } = {}): Promise<RedisServer> {
+    assertInstalled(binary);
     for (let tries = 1; ; tries++) {
-      const server = new RedisServer(await freePort());
+      const server = new RedisServer(await freePort(), binary);
       try {
         await server.launch();
         return server;
@@ -73,7 +77,7 @@ export class RedisServer {
 
   private async launch(): Promise<void> {
     const child = spawn(
-      'redis-server',
+      this.binary,
       ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'],
       { stdio: ['ignore', 'ignore', 'pipe'] },
     );
@@ -107,9 +111,9 @@ export class RedisServer {
   }
 }
 
-function assertInstalled(): void {
-  const probe = spawnSync('redis-server', ['--version'], { stdio: 'ignore' });
-  if (probe.error) throw new Error(INSTALL_HINT);
+function assertInstalled(binary: string): void {
+  const probe = spawnSync(binary, ['--version'], { stdio: 'ignore' });
+  if (probe.error) throw new Error(`Cannot run "${binary}": ${INSTALL_HINT}`);
 }
 
 async function freePort(): Promise<number> {
