@@ -8,6 +8,7 @@ import {
   type ResolvedModuleOptions,
 } from './lock.options.js';
 import { LockService } from './lock.service.js';
+import { SemaphoreService } from './semaphore.service.js';
 import { MemoryStore } from './store/memory.store.js';
 import { connectModuleClient } from './store/redis-client.js';
 import { RedisStore } from './store/redis.store.js';
@@ -24,8 +25,9 @@ const logger = new Logger('LockModule');
     },
     { provide: LockStore, useFactory: createStore, inject: [LOCK_OPTIONS] },
     LockService,
+    SemaphoreService,
   ],
-  exports: [LockService, LockStore, LOCK_OPTIONS],
+  exports: [LockService, SemaphoreService, LockStore, LOCK_OPTIONS],
 })
 export class LockModule extends ConfigurableModuleClass implements OnApplicationShutdown {
   constructor(@Inject(LockStore) private readonly store: LockStore) {

@@ -21,6 +21,8 @@ export interface LeaseOptions extends Partial<LeaseDefaults> {
   signal?: AbortSignal;
 }
 
+export type SemaphoreOptions = LeaseOptions;
+
 export interface LockOptions extends LeaseOptions {
   /** Owner token to use instead of a fresh random one (e.g. to release from another process). */
   token?: string;
@@ -185,4 +187,11 @@ function describe(value: unknown): string {
   if (typeof value === 'string') return JSON.stringify(value);
   if (typeof value === 'number' || typeof value === 'boolean' || value == null) return String(value);
   return typeof value;
+}
+
+export function validateLimit(limit: unknown): number {
+  if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1) {
+    throw new InvalidArgumentError('limit', `must be a whole number ≥ 1, got ${describe(limit)}`);
+  }
+  return limit;
 }

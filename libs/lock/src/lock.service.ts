@@ -1,17 +1,10 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { randomBytes } from 'node:crypto';
+import { acquireLease, HeldLease, type LeaseGrant } from './lease.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
+import { leaseHeldByChain, runHolding } from './lock.context.js';
 import { LockTimeoutError } from './lock.errors.js';
-import {
-  type LockOptions,
-  positive,
-  resolveLease,
-  type ResolvedModuleOptions,
-  validateKey,
-  validateSignal,
-} from './lock.options.js';
+import { type LockOptions, positive, type ResolvedModuleOptions, validateKey } from './lock.options.js';
 import { LockStore } from './store/store.js';
-import { type Pause, sleep, waitForLease } from './wait-for-lease.js';
 
 /** A held lock. Its lease runs out after `ttl` unless it is renewed with `expire()`. */
 export interface Lock {
@@ -38,10 +31,8 @@ export class LockService {
   ) {}
 
   /** Waits up to `timeout` for `key`; rejects with `LockTimeoutError` when it stays taken. */
-  async lock(key: string, options: LockOptions = {}): Promise<Lock> {
-    const lock = await this.acquire(key, options);
-    if (lock instanceof HeldLock) return lock;
-    throw new LockTimeoutError(key, lock.waited);
+  lock(key: string, options: LockOptions = {}): Promise<Lock> {
+    return this.acquireOrThrow(key, options);
   }
 
   /** Exactly one attempt: the lock, or `null` when `key` is taken. */
@@ -53,11 +44,17 @@ export class LockService {
   /**
    * Runs `fn` under the lock and unlocks afterwards, whatever `fn` did. A failure to
    * unlock is logged, never thrown over `fn`'s result or error: the lease expires anyway.
+   * Reentrant: inside a call chain that already holds `key` through `withLock` (or
+   * `@WithLock`), `fn` runs at once with that lock.
    */
   async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options: LockOptions = {}): Promise<T> {
-    const lock = await this.lock(key, options);
+    validateKey('key', key);
+    const held = leaseHeldByChain('lock', key);
+    if (held instanceof HeldLock) return fn(held);
+
+    const lock = await this.acquireOrThrow(key, options);
     try {
-      return await fn(lock);
+      return await runHolding('lock', key, lock, () => fn(lock));
     } finally {
       await lock.unlock().catch((error: unknown) => this.logUnlockFailure(key, error));
     }
@@ -83,29 +80,22 @@ export class LockService {
     return this.store.isLocked(key);
   }
 
-  private async acquire(key: string, options: LockOptions): Promise<HeldLock | { waited: number }> {
-    validateKey('key', key);
-    const lease = resolveLease(this.options.defaults, options);
-    const signal = validateSignal(options.signal);
-    const token = options.token === undefined ? createOwnerToken() : validateKey('token', options.token);
-
-    const start = performance.now();
-    const elapsed = await waitForLease(
-      {
-        attempt: () => this.store.acquireLock(key, token, lease.ttl),
-        release: () => this.store.releaseLock(key, token),
-      },
-      lease,
-      this.pauseFor(key),
-      signal,
-    );
-    if (elapsed === null) return { waited: performance.now() - start };
-    return new HeldLock(this.store, key, token, elapsed, lease.ttl, (error) => this.logUnlockFailure(key, error));
+  private async acquireOrThrow(key: string, options: LockOptions): Promise<HeldLock> {
+    const lock = await this.acquire(key, options);
+    if (lock instanceof HeldLock) return lock;
+    throw new LockTimeoutError(key, lock.waited);
   }
 
-  private pauseFor(key: string): Pause {
-    const { store } = this;
-    return store.waitForRelease ? (ms, signal) => store.waitForRelease!(key, ms, signal) : sleep;
+  private async acquire(key: string, options: LockOptions): Promise<HeldLock | { waited: number }> {
+    const grant = await acquireLease(this.store, this.options.defaults, {
+      kind: 'lock',
+      id: key,
+      options,
+      attempt: (token, ttl) => this.store.acquireLock(key, token, ttl),
+      release: (token) => this.store.releaseLock(key, token),
+    });
+    if (!('token' in grant)) return grant;
+    return new HeldLock(this.store, key, grant, (error) => this.logUnlockFailure(key, error));
   }
 
   private logUnlockFailure(key: string, error: unknown): void {
@@ -114,39 +104,25 @@ export class LockService {
   }
 }
 
-class HeldLock implements Lock {
-  /** Set once unlocked, so that a second `unlock()` changes nothing even with a reused token. */
-  private released = false;
-
+export class HeldLock extends HeldLease implements Lock {
   constructor(
     private readonly store: LockStore,
     readonly key: string,
-    readonly token: string,
-    readonly elapsed: number,
-    private readonly ttl: number,
-    private readonly onDisposeFailure: (error: unknown) => void,
-  ) {}
-
-  async unlock(): Promise<boolean> {
-    if (this.released) return false;
-    const released = await this.store.releaseLock(this.key, this.token);
-    this.released = true;
-    return released;
+    grant: LeaseGrant,
+    onDisposeFailure: (error: unknown) => void,
+  ) {
+    super(grant.token, grant.elapsed, grant.ttl, onDisposeFailure);
   }
 
-  async expire(ttl: number = this.ttl): Promise<boolean> {
-    positive('ttl', ttl);
-    if (this.released) return false;
+  unlock(): Promise<boolean> {
+    return this.releaseOnce();
+  }
+
+  protected giveBack(): Promise<boolean> {
+    return this.store.releaseLock(this.key, this.token);
+  }
+
+  protected renew(ttl: number): Promise<boolean> {
     return this.store.extendLock(this.key, this.token, ttl);
   }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    // Like withLock: a failed unlock must not replace the block's own result or error.
-    await this.unlock().catch(this.onDisposeFailure);
-  }
-}
-
-/** 128 random bits, fresh for every acquisition, so that no two owners ever share a token. */
-function createOwnerToken(): string {
-  return randomBytes(16).toString('base64url');
 }

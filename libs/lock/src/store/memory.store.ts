@@ -1,12 +1,15 @@
 import { LockBackendError } from '../lock.errors.js';
-import type { LockStore } from './store.js';
+import type { LeaseKind, LockStore } from './store.js';
 
 interface Lease {
-  token: string;
   /** `performance.now()` at which the lease ends. */
   deadline: number;
-  /** Frees the key at its deadline so that waiters wake; unref'd, it never holds the process open. */
+  /** Frees the lease at its deadline so that waiters wake; unref'd, it never holds the process open. */
   expiry: NodeJS.Timeout;
+}
+
+interface LockLease extends Lease {
+  token: string;
 }
 
 /**
@@ -14,46 +17,72 @@ interface Lease {
  * Waiters are woken the moment a lease is released or expires.
  */
 export class MemoryStore implements LockStore {
-  private readonly leases = new Map<string, Lease>();
+  private readonly locks = new Map<string, LockLease>();
+  /** Semaphore name → permit token → lease. */
+  private readonly semaphores = new Map<string, Map<string, Lease>>();
   private readonly sleepers = new Map<string, Set<() => void>>();
   private closed = false;
 
   async acquireLock(key: string, token: string, ttl: number): Promise<boolean> {
-    const holder = this.liveLease(key);
+    const holder = this.liveLock(key);
     if (holder !== undefined && holder.token !== token) return false;
-    this.grant(key, token, ttl);
+    this.grantLock(key, token, ttl);
     return true;
   }
 
   async releaseLock(key: string, token: string): Promise<boolean> {
-    if (this.liveLease(key)?.token !== token) return false;
-    this.free(key);
+    if (this.liveLock(key)?.token !== token) return false;
+    this.freeLock(key);
     return true;
   }
 
   async extendLock(key: string, token: string, ttl: number): Promise<boolean> {
-    if (this.liveLease(key)?.token !== token) return false;
-    this.grant(key, token, ttl);
+    if (this.liveLock(key)?.token !== token) return false;
+    this.grantLock(key, token, ttl);
     return true;
   }
 
   async isLocked(key: string): Promise<boolean> {
-    return this.liveLease(key) !== undefined;
+    return this.liveLock(key) !== undefined;
   }
 
-  waitForRelease(key: string, maxWait: number, signal?: AbortSignal): Promise<void> {
+  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<boolean> {
+    const permits = this.livePermits(name);
+    if (!permits.has(token) && permits.size >= limit) return false;
+    this.grantPermit(name, token, ttl);
+    return true;
+  }
+
+  async releasePermit(name: string, token: string): Promise<boolean> {
+    if (!this.livePermits(name).has(token)) return false;
+    this.freePermit(name, token);
+    return true;
+  }
+
+  async extendPermit(name: string, token: string, ttl: number): Promise<boolean> {
+    if (!this.livePermits(name).has(token)) return false;
+    this.grantPermit(name, token, ttl);
+    return true;
+  }
+
+  async countPermits(name: string): Promise<number> {
+    return this.livePermits(name).size;
+  }
+
+  waitForRelease(kind: LeaseKind, key: string, maxWait: number, signal?: AbortSignal): Promise<void> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
         return;
       }
-      const sleepers = this.sleepers.get(key) ?? new Set<() => void>();
-      this.sleepers.set(key, sleepers);
+      const channel = channelOf(kind, key);
+      const sleepers = this.sleepers.get(channel) ?? new Set<() => void>();
+      this.sleepers.set(channel, sleepers);
       const settle = () => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
         sleepers.delete(wake);
-        if (sleepers.size === 0 && this.sleepers.get(key) === sleepers) this.sleepers.delete(key);
+        if (sleepers.size === 0 && this.sleepers.get(channel) === sleepers) this.sleepers.delete(channel);
       };
       const wake = () => {
         settle();
@@ -71,32 +100,76 @@ export class MemoryStore implements LockStore {
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const lease of this.leases.values()) clearTimeout(lease.expiry);
-    this.leases.clear();
+    for (const lease of this.locks.values()) clearTimeout(lease.expiry);
+    for (const permits of this.semaphores.values()) for (const lease of permits.values()) clearTimeout(lease.expiry);
+    this.locks.clear();
+    this.semaphores.clear();
     for (const sleepers of this.sleepers.values()) for (const wake of [...sleepers]) wake();
   }
 
-  /** The lease on `key` if it has not run out; the store is checked as well as the timer, which may fire late. */
-  private liveLease(key: string): Lease | undefined {
-    if (this.closed) throw new LockBackendError('The memory lock store is closed', key);
-    const lease = this.leases.get(key);
+  /** The lock on `key` if it has not run out; the deadline is checked as well as the timer, which may fire late. */
+  private liveLock(key: string): LockLease | undefined {
+    this.assertOpen(key);
+    const lease = this.locks.get(key);
     if (lease !== undefined && lease.deadline <= performance.now()) {
-      this.free(key);
+      this.freeLock(key);
       return undefined;
     }
     return lease;
   }
 
-  private grant(key: string, token: string, ttl: number): void {
-    clearTimeout(this.leases.get(key)?.expiry);
-    const expiry = setTimeout(() => this.free(key), ttl).unref();
-    this.leases.set(key, { token, deadline: performance.now() + ttl, expiry });
+  private grantLock(key: string, token: string, ttl: number): void {
+    clearTimeout(this.locks.get(key)?.expiry);
+    this.locks.set(key, { token, ...this.lease(ttl, () => this.freeLock(key)) });
   }
 
-  private free(key: string): void {
-    clearTimeout(this.leases.get(key)?.expiry);
-    this.leases.delete(key);
-    const sleepers = this.sleepers.get(key);
+  private freeLock(key: string): void {
+    clearTimeout(this.locks.get(key)?.expiry);
+    this.locks.delete(key);
+    this.wake('lock', key);
+  }
+
+  /** The unexpired permits of `name`, expired ones dropped. */
+  private livePermits(name: string): Map<string, Lease> {
+    this.assertOpen(name);
+    const permits = this.semaphores.get(name) ?? new Map<string, Lease>();
+    const now = performance.now();
+    for (const [token, lease] of permits) if (lease.deadline <= now) this.freePermit(name, token);
+    return permits;
+  }
+
+  private grantPermit(name: string, token: string, ttl: number): void {
+    const permits = this.semaphores.get(name) ?? new Map<string, Lease>();
+    this.semaphores.set(name, permits);
+    clearTimeout(permits.get(token)?.expiry);
+    permits.set(
+      token,
+      this.lease(ttl, () => this.freePermit(name, token)),
+    );
+  }
+
+  private freePermit(name: string, token: string): void {
+    const permits = this.semaphores.get(name);
+    clearTimeout(permits?.get(token)?.expiry);
+    permits?.delete(token);
+    if (permits?.size === 0) this.semaphores.delete(name);
+    this.wake('semaphore', name);
+  }
+
+  private lease(ttl: number, onExpiry: () => void): Lease {
+    return { deadline: performance.now() + ttl, expiry: setTimeout(onExpiry, ttl).unref() };
+  }
+
+  private wake(kind: LeaseKind, key: string): void {
+    const sleepers = this.sleepers.get(channelOf(kind, key));
     if (sleepers !== undefined) for (const wake of [...sleepers]) wake();
   }
+
+  private assertOpen(key: string): void {
+    if (this.closed) throw new LockBackendError('The memory lock store is closed', key);
+  }
+}
+
+function channelOf(kind: LeaseKind, key: string): string {
+  return `${kind}\0${key}`;
 }

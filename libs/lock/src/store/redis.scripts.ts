@@ -63,3 +63,83 @@ end
 return 0
 `,
 );
+
+// Semaphores: one sorted set per name, member = permit token, score = lease deadline in ms of
+// the server's clock (TIME), so that clients with skewed clocks agree on who has expired.
+// The set itself expires with its last lease, so an abandoned semaphore leaves nothing behind.
+const serverNowMs = `
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+`;
+
+/**
+ * Drops expired permits, then adds `token` if fewer than `limit` remain (or renews it if it is
+ * already there: a retry after a lost reply).
+ * KEYS[1] semaphore set; ARGV[1] permit token, ARGV[2] limit, ARGV[3] ttl in ms.
+ * Returns 1 if the token holds a permit now, else 0.
+ */
+export const acquirePermitScript = script(
+  'acquirePermit',
+  1,
+  `${serverNowMs}
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1
+`,
+);
+
+/**
+ * Gives a permit back; a permit whose lease already ran out is dropped but reported as not ours.
+ * KEYS[1] semaphore set; ARGV[1] permit token. Returns 1 if an unexpired permit was released, else 0.
+ */
+export const releasePermitScript = script(
+  'releasePermit',
+  1,
+  `${serverNowMs}
+local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not deadline then
+  return 0
+end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if tonumber(deadline) > now then
+  return 1
+end
+return 0
+`,
+);
+
+/**
+ * Resets the lease of an unexpired permit.
+ * KEYS[1] semaphore set; ARGV[1] permit token, ARGV[2] ttl in ms. Returns 1 if extended, else 0.
+ */
+export const extendPermitScript = script(
+  'extendPermit',
+  1,
+  `${serverNowMs}
+local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not deadline or tonumber(deadline) <= now then
+  return 0
+end
+redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+return 1
+`,
+);
+
+/**
+ * Counts unexpired permits (read-only).
+ * KEYS[1] semaphore set. Returns the count.
+ */
+export const countPermitsScript = script(
+  'countPermits',
+  1,
+  `${serverNowMs}
+return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
+`,
+);

@@ -1,6 +1,15 @@
 import type { Cluster, Redis } from 'ioredis';
 import { LockBackendError } from '../lock.errors.js';
-import { acquireLockScript, extendLockScript, type RedisScript, releaseLockScript } from './redis.scripts.js';
+import {
+  acquireLockScript,
+  acquirePermitScript,
+  countPermitsScript,
+  extendLockScript,
+  extendPermitScript,
+  type RedisScript,
+  releaseLockScript,
+  releasePermitScript,
+} from './redis.scripts.js';
 import type { LockStore } from './store.js';
 
 export interface RedisStoreOptions {
@@ -16,7 +25,8 @@ export interface RedisStoreOptions {
  * Leases on Redis: `SET NX PX` and compare-by-token Lua scripts, called by SHA.
  *
  * Key layout: the lock for `key` is `<prefix>{<key>}`; companions are `<prefix>{<key>}:<suffix>`.
- * The user key is the hash tag, so that a lock and its companions share one cluster slot.
+ * Semaphore `name` is the sorted set `<prefix>sem:{<name>}`, companions `<prefix>sem:{<name>}:<suffix>`.
+ * The user's key or name is the hash tag, so that one lock or semaphore lives in one cluster slot.
  */
 export class RedisStore implements LockStore {
   private closed = false;
@@ -42,6 +52,23 @@ export class RedisStore implements LockStore {
     return (await this.run(key, 'EXISTS', () => this.client.exists(this.lockKey(key)))) === 1;
   }
 
+  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<boolean> {
+    const keys = [this.semaphoreKey(name)];
+    return (await this.runScript(acquirePermitScript, name, keys, [token, limit, toMillis(ttl)])) === 1;
+  }
+
+  async releasePermit(name: string, token: string): Promise<boolean> {
+    return (await this.runScript(releasePermitScript, name, [this.semaphoreKey(name)], [token])) === 1;
+  }
+
+  async extendPermit(name: string, token: string, ttl: number): Promise<boolean> {
+    return (await this.runScript(extendPermitScript, name, [this.semaphoreKey(name)], [token, toMillis(ttl)])) === 1;
+  }
+
+  async countPermits(name: string): Promise<number> {
+    return Number(await this.runScript(countPermitsScript, name, [this.semaphoreKey(name)], []));
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -56,6 +83,11 @@ export class RedisStore implements LockStore {
   /** `<prefix>{<key>}`: the user key is the hash tag. */
   lockKey(key: string): string {
     return `${this.options.keyPrefix}{${key}}`;
+  }
+
+  /** `<prefix>sem:{<name>}`: the semaphore name is the hash tag. */
+  semaphoreKey(name: string): string {
+    return `${this.options.keyPrefix}sem:{${name}}`;
   }
 
   private runScript(script: RedisScript, key: string, keys: string[], args: (string | number)[]): Promise<unknown> {

@@ -23,14 +23,32 @@ export interface LockStore {
   isLocked(key: string): Promise<boolean>;
 
   /**
-   * Resolves when `key` may have become free, or after `maxWait` ms, whichever is first.
-   * Stores that cannot observe releases leave it out and waiters simply sleep.
+   * One attempt to take a permit of semaphore `name` for `token`: granted while fewer than
+   * `limit` unexpired permits are held. Idempotent for the same token, like `acquireLock`.
    */
-  waitForRelease?(key: string, maxWait: number, signal?: AbortSignal): Promise<void>;
+  acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<boolean>;
+
+  /** Gives the permit back; `false` when `token` holds none (expired or never taken). */
+  releasePermit(name: string, token: string): Promise<boolean>;
+
+  /** Resets the lease of `token`'s permit to `ttl`; `false` when it holds none. */
+  extendPermit(name: string, token: string, ttl: number): Promise<boolean>;
+
+  /** Permits of `name` held right now; expired leases do not count. */
+  countPermits(name: string): Promise<number>;
+
+  /**
+   * Resolves when the lock `key` (or a permit of semaphore `key`) may have become free, or
+   * after `maxWait` ms, whichever is first. Stores that cannot observe releases leave it out
+   * and waiters simply sleep.
+   */
+  waitForRelease?(kind: LeaseKind, key: string, maxWait: number, signal?: AbortSignal): Promise<void>;
 
   /** Releases what the store opened (connections it created, timers); idempotent. */
   close(): Promise<void>;
 }
+
+export type LeaseKind = 'lock' | 'semaphore';
 
 /** Injection token of the active `LockStore`. */
 export const LockStore = Symbol('LockStore');

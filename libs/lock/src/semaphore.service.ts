@@ -1,0 +1,146 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { acquireLease, HeldLease, type LeaseGrant } from './lease.js';
+import { LocalSemaphore } from './local-semaphore.js';
+import { LOCK_OPTIONS } from './lock.constants.js';
+import { leaseHeldByChain, runHolding } from './lock.context.js';
+import { InvalidArgumentError, SemaphoreTimeoutError } from './lock.errors.js';
+import { type ResolvedModuleOptions, type SemaphoreOptions, validateKey, validateLimit } from './lock.options.js';
+import { LockStore } from './store/store.js';
+
+/** A held permit of a semaphore. Its lease runs out after `ttl` unless it is renewed with `expire()`. */
+export interface Permit {
+  readonly name: string;
+  /** 128 random bits, fresh for every acquisition. */
+  readonly token: string;
+  /** Milliseconds spent waiting before the permit was granted (exactly 0 when one was free). */
+  readonly elapsed: number;
+  /** `true`: given back by us; `false`: no longer ours (its lease ran out), or already released. */
+  release(): Promise<boolean>;
+  /** Resets the remaining lease to `ttl` (default: the ttl it was taken with); `false` if no longer ours. */
+  expire(ttl?: number): Promise<boolean>;
+  /** `await using permit = await semaphores.acquire('reports', 2)` releases at the end of the block. */
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/**
+ * Counting semaphores shared by every process on the store: at most `limit` permits of a
+ * name are held at once, and the permit of a holder that died comes back after its `ttl`.
+ */
+@Injectable()
+export class SemaphoreService {
+  private readonly logger = new Logger(SemaphoreService.name);
+  private readonly localSemaphores = new Map<string, { limit: number; semaphore: LocalSemaphore }>();
+
+  constructor(
+    @Inject(LockStore) private readonly store: LockStore,
+    @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
+  ) {}
+
+  /** Waits up to `timeout` for a permit; rejects with `SemaphoreTimeoutError` when none frees up. */
+  acquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit> {
+    return this.takeOrThrow(name, limit, options);
+  }
+
+  /** Exactly one attempt: a permit, or `null` when all `limit` are held. */
+  async tryAcquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit | null> {
+    const permit = await this.take(name, limit, { ...options, timeout: 0 });
+    return permit instanceof HeldPermit ? permit : null;
+  }
+
+  /**
+   * Runs `fn` holding a permit and releases it afterwards, whatever `fn` did; a failure to
+   * release is logged, never thrown over `fn`'s result or error. Reentrant: inside a call
+   * chain that already holds a permit of `name`, `fn` runs at once with that permit.
+   */
+  async withPermit<T>(
+    name: string,
+    limit: number,
+    fn: (permit: Permit) => T | Promise<T>,
+    options: SemaphoreOptions = {},
+  ): Promise<T> {
+    validateKey('name', name);
+    validateLimit(limit);
+    const held = leaseHeldByChain('semaphore', name);
+    if (held instanceof HeldPermit) return fn(held);
+
+    const permit = await this.takeOrThrow(name, limit, options);
+    try {
+      return await runHolding('semaphore', name, permit, () => fn(permit));
+    } finally {
+      await permit.release().catch((error: unknown) => this.logReleaseFailure(name, error));
+    }
+  }
+
+  /** Permits of `name` held right now (expired leases not counted). */
+  async count(name: string): Promise<number> {
+    validateKey('name', name);
+    return this.store.countPermits(name);
+  }
+
+  /**
+   * The in-process semaphore of `name` (created with `limit` resources on first use), as used by
+   * `@Semaphore(limit, { scope: 'local' })`. One name keeps one limit.
+   */
+  local(name: string, limit: number): LocalSemaphore {
+    validateKey('name', name);
+    validateLimit(limit);
+    const existing = this.localSemaphores.get(name);
+    if (existing === undefined) {
+      const semaphore = new LocalSemaphore(limit);
+      this.localSemaphores.set(name, { limit, semaphore });
+      return semaphore;
+    }
+    if (existing.limit !== limit) {
+      throw new InvalidArgumentError('limit', `local semaphore "${name}" has limit ${existing.limit}, not ${limit}`);
+    }
+    return existing.semaphore;
+  }
+
+  private async takeOrThrow(name: string, limit: number, options: SemaphoreOptions): Promise<HeldPermit> {
+    const permit = await this.take(name, limit, options);
+    if (permit instanceof HeldPermit) return permit;
+    throw new SemaphoreTimeoutError(name, limit, permit.waited);
+  }
+
+  private async take(name: string, limit: number, options: SemaphoreOptions): Promise<HeldPermit | { waited: number }> {
+    validateKey('name', name);
+    validateLimit(limit);
+    const grant = await acquireLease(this.store, this.options.defaults, {
+      kind: 'semaphore',
+      id: name,
+      options,
+      attempt: (token, ttl) => this.store.acquirePermit(name, token, limit, ttl),
+      release: (token) => this.store.releasePermit(name, token),
+    });
+    if (!('token' in grant)) return grant;
+    return new HeldPermit(this.store, name, grant, (error) => this.logReleaseFailure(name, error));
+  }
+
+  private logReleaseFailure(name: string, error: unknown): void {
+    const reason = error instanceof Error ? error.message : String(error);
+    this.logger.warn(`Could not release a permit of "${name}" (${reason}); its lease will expire on its own`);
+  }
+}
+
+export class HeldPermit extends HeldLease implements Permit {
+  constructor(
+    private readonly store: LockStore,
+    readonly name: string,
+    grant: LeaseGrant,
+    onDisposeFailure: (error: unknown) => void,
+  ) {
+    super(grant.token, grant.elapsed, grant.ttl, onDisposeFailure);
+  }
+
+  release(): Promise<boolean> {
+    return this.releaseOnce();
+  }
+
+  protected giveBack(): Promise<boolean> {
+    return this.store.releasePermit(this.name, this.token);
+  }
+
+  protected renew(ttl: number): Promise<boolean> {
+    return this.store.extendPermit(this.name, this.token, ttl);
+  }
+}
