@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { InvalidArgumentError, type Lock, LockTimeoutError } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
+import { deferred } from './support/deferred.js';
 import { STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
 
 /** The LockService contract, on every store: the same tests, the same expectations. */
@@ -260,6 +261,48 @@ describe.each(STORE_KINDS)('LockService on the %s store', (kind) => {
         }),
       ).rejects.toBe(thrown);
       expect(await app().locks.isLocked(key)).toBe(false);
+    });
+
+    it('runs a nested withLock on the same key at once with the same lock, while another chain waits', async () => {
+      const key = uniqueKey();
+      const order: string[] = [];
+      const outerHolds = deferred();
+      const finishOuter = deferred();
+
+      const outer = app().locks.withLock(key, async (outerLock) => {
+        await app().locks.withLock(key, (inner) => {
+          order.push('nested');
+          expect(inner).toBe(outerLock);
+        });
+        outerHolds.resolve();
+        await finishOuter.promise;
+        order.push('outer done');
+        return outerLock.token;
+      });
+      await outerHolds.promise;
+      const other = app().locks.withLock(key, (lock) => (order.push('other chain'), lock.token), { timeout: 5_000 });
+      await delay(50);
+      finishOuter.resolve();
+      const [outerToken, otherToken] = await Promise.all([outer, other]);
+
+      expect(order).toEqual(['nested', 'outer done', 'other chain']);
+      expect(otherToken).not.toBe(outerToken);
+    });
+
+    it('does not let a continuation that outlives withLock reuse the released lock', async () => {
+      const key = uniqueKey();
+      const later = deferred<unknown>();
+
+      await app().locks.withLock(key, () => {
+        setTimeout(() => {
+          const attempt = app().locks.withLock(key, () => 'ran as if it held the lock', { timeout: 0 });
+          later.resolve(attempt.catch((error: unknown) => error));
+        }, 20);
+      });
+      const holder = await app().locks.lock(key);
+
+      expect(await later.promise).toBeInstanceOf(LockTimeoutError);
+      await holder.unlock();
     });
 
     it('unlocks at the end of an `await using` block', async () => {

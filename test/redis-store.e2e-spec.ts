@@ -33,6 +33,35 @@ describe('LockService on Redis', () => {
     });
   });
 
+  describe('semaphores', () => {
+    it('keep permits in the sorted set <prefix>sem:{<name>}, scored with lease deadlines of the server clock', async () => {
+      const permit = await app.semaphores.acquire('reports', 2, { ttl: 10_000 });
+      const [seconds, micros] = await redis.time();
+      const serverNow = Number(seconds) * 1_000 + Math.floor(Number(micros) / 1_000);
+
+      const deadline = Number(await redis.zscore('lock:sem:{reports}', permit.token));
+      expect(deadline).toBeGreaterThan(serverNow + 10_000 - 1_000);
+      expect(deadline).toBeLessThanOrEqual(serverNow + 10_000);
+      // The set expires with its last lease, so an abandoned semaphore leaves nothing behind.
+      const pttl = await redis.pttl('lock:sem:{reports}');
+      expect(pttl).toBeGreaterThan(9_000);
+      expect(pttl).toBeLessThanOrEqual(10_000);
+
+      await permit.release();
+      expect(await redis.exists('lock:sem:{reports}')).toBe(0);
+    });
+
+    it('drop expired permits when the next one is acquired', async () => {
+      const name = uniqueKey('sem');
+      await app.semaphores.acquire(name, 1, { ttl: 50 });
+      await delay(100);
+
+      const permit = await app.semaphores.acquire(name, 1, { timeout: 0, ttl: 5_000 });
+      expect(await redis.zrange(`lock:sem:{${name}}`, '0', '-1')).toEqual([permit.token]);
+      await permit.release();
+    });
+  });
+
   describe('script cache', () => {
     it('still unlocks and extends after SCRIPT FLUSH empties the server cache', async () => {
       const key = uniqueKey();
@@ -46,6 +75,15 @@ describe('LockService on Redis', () => {
       await redis.script('FLUSH');
       const again = await app.locks.lock(key, { timeout: 0 });
       expect(await again.unlock()).toBe(true);
+
+      await redis.script('FLUSH');
+      const permit = await app.semaphores.acquire(key, 1, { timeout: 0 });
+      await redis.script('FLUSH');
+      expect(await permit.expire()).toBe(true);
+      await redis.script('FLUSH');
+      expect(await app.semaphores.count(key)).toBe(1);
+      await redis.script('FLUSH');
+      expect(await permit.release()).toBe(true);
     });
   });
 

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll } from '@jest/globals';
 import { Test, type TestingModule } from '@nestjs/testing';
-import { LockModule, type LockModuleOptions, LockService } from 'nest-lock';
+import { LockModule, type LockModuleOptions, LockService, SemaphoreService } from 'nest-lock';
 import { RedisServer } from './redis-server.js';
 
 export type StoreKind = 'memory' | 'redis';
@@ -8,6 +8,7 @@ export const STORE_KINDS: StoreKind[] = ['memory', 'redis'];
 
 export interface LockApp {
   readonly locks: LockService;
+  readonly semaphores: SemaphoreService;
   readonly module: TestingModule;
   /** The throwaway server of a `redis` app; absent on the memory store. */
   readonly server?: RedisServer;
@@ -17,7 +18,7 @@ export interface LockApp {
 export async function bootLockModule(options: LockModuleOptions): Promise<LockApp> {
   const module = await Test.createTestingModule({ imports: [LockModule.forRoot(options)] }).compile();
   await module.init();
-  return { locks: module.get(LockService), module };
+  return { locks: module.get(LockService), semaphores: module.get(SemaphoreService), module };
 }
 
 /** Boots the module on the memory store, or on a fresh redis-server of its own. */

@@ -1,14 +1,45 @@
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
 
+function scriptOf(name: string): string {
+  return fileURLToPath(new URL(`./workers/${name}.mjs`, import.meta.url));
+}
+
 /** Runs `test/support/workers/<name>.mjs` in `count` child processes at once; resolves with each one's JSON output. */
 export async function runWorkers<T>(name: string, count: number, args: (string | number)[]): Promise<T[]> {
-  const script = fileURLToPath(new URL(`./workers/${name}.mjs`, import.meta.url));
   const runs = Array.from({ length: count }, () =>
-    run(process.execPath, [script, ...args.map(String)], { timeout: 120_000 }),
+    run(process.execPath, [scriptOf(name), ...args.map(String)], { timeout: 120_000 }),
   );
   return (await Promise.all(runs)).map(({ stdout }) => JSON.parse(stdout) as T);
+}
+
+/** Starts a long-running worker; resolves with the process and the first JSON line it prints. */
+export async function startWorker<T>(
+  name: string,
+  args: (string | number)[],
+): Promise<{ child: ChildProcess; report: T }> {
+  const child = spawn(process.execPath, [scriptOf(name), ...args.map(String)], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const lines = createInterface({ input: child.stdout });
+  const exited = once(child, 'exit').then(([code]) => {
+    throw new Error(`worker ${name} exited with code ${code} before reporting`);
+  });
+  exited.catch(() => undefined);
+  const [line] = (await Promise.race([once(lines, 'line'), exited])) as [string];
+  lines.close();
+  return { child, report: JSON.parse(line) as T };
+}
+
+/** SIGKILL, and wait until the process is gone. */
+export async function killWorker(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = once(child, 'exit');
+  child.kill('SIGKILL');
+  await exited;
 }

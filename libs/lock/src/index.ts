@@ -16,6 +16,7 @@ export type {
 } from './lock.options.js';
 export { DEFAULT_LEASE } from './lock.options.js';
 export { type Lock, LockService } from './lock.service.js';
+export { type Permit, SemaphoreService } from './semaphore.service.js';
 export { MemoryStore } from './store/memory.store.js';
 export { RedisStore, type RedisStoreOptions } from './store/redis.store.js';
 export { LockStore } from './store/store.js';

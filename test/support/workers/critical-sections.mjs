@@ -1,17 +1,12 @@
 // A child process of the mutual-exclusion test: `workers` concurrent loops, each running
 // `sections` read-await-write increments of one Redis counter, under the lock or (control) not.
-// It imports the built library, as a user's application would.
 //
 // usage: node critical-sections.mjs <redisUrl> <key> <processes> <workers> <sections> <lock|none>
-import { NestFactory } from '@nestjs/core';
-import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
-import { LockModule, LockService } from '../../../libs/lock/dist/index.js';
+import { startTogether, startWorkerApp } from './worker-app.mjs';
 
 const [url, key, processes, workers, sections, mode] = process.argv.slice(2);
-const app = await NestFactory.createApplicationContext(LockModule.forRoot({ redis: url }), { logger: false });
-const locks = app.get(LockService);
-const redis = new Redis(url);
+const { locks, redis, close } = await startWorkerApp(url);
 const counterKey = `${key}:counter`;
 
 async function criticalSection() {
@@ -20,11 +15,7 @@ async function criticalSection() {
   await redis.set(counterKey, value + 1);
 }
 
-// Start together: every process checks in, then waits until all have.
-const readyKey = `${key}:ready`;
-await redis.incr(readyKey);
-while (Number(await redis.get(readyKey)) < Number(processes)) await delay(5);
-
+await startTogether(redis, `${key}:ready`, Number(processes));
 let completed = 0;
 await Promise.all(
   Array.from({ length: Number(workers) }, async () => {
@@ -36,6 +27,5 @@ await Promise.all(
   }),
 );
 
-redis.disconnect();
-await app.close();
+await close();
 process.stdout.write(JSON.stringify({ completed }));
