@@ -16,7 +16,11 @@ export type {
 } from './lock.options.js';
 export { DEFAULT_LEASE } from './lock.options.js';
 export { type Lock, LockService } from './lock.service.js';
-export { type Permit, SemaphoreService } from './semaphore.service.js';
+export { LocalPermit, type Permit, SemaphoreService } from './semaphore.service.js';
 export { MemoryStore } from './store/memory.store.js';
 export { RedisStore, type RedisStoreOptions } from './store/redis.store.js';
 export { LockStore } from './store/store.js';
+export { WithLock } from './decorators/with-lock.decorator.js';
+export { Semaphore, type SemaphoreDecoratorOptions } from './decorators/semaphore.decorator.js';
+export type { KeyTemplate } from './decorators/key-template.js';
+export { LockInterceptor, SEMAPHORE_RETRY_AFTER_SECONDS } from './lock.interceptor.js';

@@ -4,7 +4,13 @@ import { LocalSemaphore } from './local-semaphore.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { leaseHeldByChain, runHolding } from './lock.context.js';
 import { InvalidArgumentError, SemaphoreTimeoutError } from './lock.errors.js';
-import { type ResolvedModuleOptions, type SemaphoreOptions, validateKey, validateLimit } from './lock.options.js';
+import {
+  resolveLease,
+  type ResolvedModuleOptions,
+  type SemaphoreOptions,
+  validateKey,
+  validateLimit,
+} from './lock.options.js';
 import { LockStore } from './store/store.js';
 
 /** A held permit of a semaphore. Its lease runs out after `ttl` unless it is renewed with `expire()`. */
@@ -78,6 +84,22 @@ export class SemaphoreService {
   }
 
   /**
+   * A permit of the in-process semaphore `name` (see `local()`), as `@Semaphore(limit, { scope: 'local' })`
+   * takes it: waits up to `timeout`, then rejects with `SemaphoreTimeoutError`.
+   */
+  async acquireLocal(
+    name: string,
+    limit: number,
+    options: Pick<SemaphoreOptions, 'timeout'> = {},
+  ): Promise<LocalPermit> {
+    const semaphore = this.local(name, limit);
+    const { timeout } = resolveLease(this.options.defaults, { timeout: options.timeout });
+    const start = performance.now();
+    if (!(await semaphore.wait(timeout))) throw new SemaphoreTimeoutError(name, limit, performance.now() - start);
+    return new LocalPermit(name, semaphore);
+  }
+
+  /**
    * The in-process semaphore of `name` (created with `limit` resources on first use), as used by
    * `@Semaphore(limit, { scope: 'local' })`. One name keeps one limit.
    */
@@ -142,5 +164,30 @@ export class HeldPermit extends HeldLease implements Permit {
 
   protected renew(ttl: number): Promise<boolean> {
     return this.store.extendPermit(this.name, this.token, ttl);
+  }
+}
+
+/** A resource taken from a `LocalSemaphore`; `release()` posts it back once. */
+export class LocalPermit {
+  private released = false;
+
+  constructor(
+    readonly name: string,
+    private readonly semaphore: LocalSemaphore,
+  ) {}
+
+  get active(): boolean {
+    return !this.released;
+  }
+
+  async release(): Promise<boolean> {
+    if (this.released) return false;
+    this.released = true;
+    this.semaphore.post();
+    return true;
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
   }
 }

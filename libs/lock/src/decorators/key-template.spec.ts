@@ -1,0 +1,46 @@
+import { describe, expect, it } from '@jest/globals';
+import { InvalidArgumentError } from '../lock.errors.js';
+import { compileKeyTemplate } from './key-template.js';
+
+describe('compileKeyTemplate', () => {
+  it('fills placeholders from the arguments and property paths into them', () => {
+    const keyOf = compileKeyTemplate('order:{0}:line:{1.line.id}');
+
+    expect(keyOf(['42', { line: { id: 7 } }])).toBe('order:42:line:7');
+  });
+
+  it('keeps a template without placeholders as it is', () => {
+    expect(compileKeyTemplate('reindex')([])).toBe('reindex');
+  });
+
+  it('calls a key function with the arguments', () => {
+    const keyOf = compileKeyTemplate((order: { id: number }) => `order:${order.id}`);
+
+    expect(keyOf([{ id: 9 }])).toBe('order:9');
+  });
+
+  it.each([
+    ['undefined', [undefined]],
+    ['null', [null]],
+    ["''", ['']],
+    ['a missing argument', []],
+    ['an object', [{ id: 1 }]],
+  ])('refuses a placeholder that resolves to %s', (_, args) => {
+    expect(() => compileKeyTemplate('order:{0}')(args)).toThrow(InvalidArgumentError);
+  });
+
+  it('names the placeholder and the template in the error', () => {
+    expect(() => compileKeyTemplate('order:{0.id}')([{}])).toThrow('{0.id} of "order:{0.id}" resolved to undefined');
+  });
+
+  it('refuses a key function that returns no string', () => {
+    expect(() => compileKeyTemplate(() => undefined as unknown as string)([])).toThrow(InvalidArgumentError);
+  });
+
+  it.each(['order:{id}', 'order:{}', 'order:{0.}', ''])(
+    'refuses the template %p when the class is defined',
+    (template) => {
+      expect(() => compileKeyTemplate(template)).toThrow(InvalidArgumentError);
+    },
+  );
+});

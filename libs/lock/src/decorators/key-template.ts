@@ -1,0 +1,69 @@
+import { InvalidArgumentError } from '../lock.errors.js';
+
+/** A lock key from a decorated method's arguments: a template like `'order:{0.id}'`, or a function. */
+// `any[]` so that a function with the method's own parameter types fits, e.g. `(order: Order) => …`.
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+export type KeyTemplate = string | ((...args: any[]) => string);
+
+/** `{0}` is argument 0; `{0.id}` / `{1.customer.id}` a property path into it. */
+const PLACEHOLDER = /\{([^{}]*)\}/g;
+const ARGUMENT_PATH = /^(\d+)((?:\.[A-Za-z_$][\w$]*)*)$/;
+
+type Part = string | { placeholder: string; index: number; path: string[] };
+
+/**
+ * Compiles a template once, when the class is defined, into a function of the method's
+ * arguments. A placeholder that resolves to `undefined`, `null`, `''` or an object rejects
+ * with `InvalidArgumentError`, so that no call ever locks `order:undefined`.
+ */
+export function compileKeyTemplate(template: KeyTemplate): (args: unknown[]) => string {
+  if (typeof template === 'function') {
+    return (args) => {
+      const key: unknown = template(...args);
+      if (typeof key !== 'string' || key === '') {
+        throw new InvalidArgumentError('key', `the key function returned ${describe(key)}, not a non-empty string`);
+      }
+      return key;
+    };
+  }
+  if (typeof template !== 'string' || template === '') {
+    throw new InvalidArgumentError('key', 'a key template must be a non-empty string or a function');
+  }
+  const parts = parse(template);
+  return (args) => parts.map((part) => (typeof part === 'string' ? part : resolve(template, part, args))).join('');
+}
+
+function parse(template: string): Part[] {
+  const parts: Part[] = [];
+  let last = 0;
+  for (const match of template.matchAll(PLACEHOLDER)) {
+    const path = ARGUMENT_PATH.exec(match[1]);
+    if (path === null) {
+      throw new InvalidArgumentError('key', `"${match[0]}" in "${template}" is not a placeholder like {0} or {0.id}`);
+    }
+    parts.push(template.slice(last, match.index), {
+      placeholder: match[0],
+      index: Number(path[1]),
+      path: path[2].split('.').filter(Boolean),
+    });
+    last = match.index + match[0].length;
+  }
+  parts.push(template.slice(last));
+  return parts.filter((part) => part !== '');
+}
+
+function resolve(template: string, part: Exclude<Part, string>, args: unknown[]): string {
+  let value: unknown = args[part.index];
+  for (const property of part.path) {
+    value = value == null ? undefined : (value as Record<string, unknown>)[property];
+  }
+  if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
+  if (typeof value === 'string' && value !== '') return value;
+  throw new InvalidArgumentError('key', `${part.placeholder} of "${template}" resolved to ${describe(value)}`);
+}
+
+function describe(value: unknown): string {
+  if (value === '') return 'an empty string';
+  if (value === null || value === undefined) return String(value);
+  return typeof value === 'object' ? 'an object' : typeof value;
+}

@@ -1,0 +1,147 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Body, Controller, Get, type INestApplication, Param, Post } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { LockModule, LockService, Semaphore, WithLock } from 'nest-lock';
+import type { Server } from 'node:http';
+import { setTimeout as delay } from 'node:timers/promises';
+import { map, type Observable, timer } from 'rxjs';
+import request from 'supertest';
+import { STORE_KINDS } from './support/lock-app.js';
+import { RedisServer } from './support/redis-server.js';
+
+/** Counts how many calls per id are inside at once. */
+class Occupancy {
+  private readonly inside = new Map<string, number>();
+  readonly maxInside = new Map<string, number>();
+  maxOverall = 0;
+  private overall = 0;
+
+  async occupy(id: string, ms: number): Promise<void> {
+    const now = (this.inside.get(id) ?? 0) + 1;
+    this.inside.set(id, now);
+    this.maxInside.set(id, Math.max(this.maxInside.get(id) ?? 0, now));
+    this.maxOverall = Math.max(this.maxOverall, ++this.overall);
+    await delay(ms);
+    this.inside.set(id, now - 1);
+    this.overall--;
+  }
+}
+
+const occupancy = new Occupancy();
+
+@Controller('orders')
+class OrdersController {
+  @Post(':id/pay')
+  @WithLock('order:{0}')
+  async pay(@Param('id') id: string) {
+    await occupancy.occupy(id, 100);
+    return { id, paid: true };
+  }
+
+  // Decorator order reversed on purpose: the route metadata must reach the method either way.
+  @WithLock('order:{0}', { timeout: 0 })
+  @Post(':id/ship')
+  ship(@Param('id') id: string) {
+    return { id, shipped: true };
+  }
+
+  @Post('by-body')
+  @WithLock('order:{0.orderId}')
+  byBody(@Body() body: { orderId?: string }) {
+    return body;
+  }
+
+  @Get(':id/events')
+  @WithLock('order:{0}')
+  events(@Param('id') id: string): Observable<{ id: string }> {
+    return timer(300).pipe(map(() => ({ id })));
+  }
+}
+
+@Controller('reports')
+class ReportsController {
+  @Get()
+  @Semaphore(2, { timeout: 0 })
+  async create() {
+    await delay(300);
+    return { report: 'done' };
+  }
+}
+
+describe.each(STORE_KINDS)('@WithLock and @Semaphore over HTTP, on the %s store', (kind) => {
+  let server: RedisServer | undefined;
+  let app: INestApplication;
+  let locks: LockService;
+  const http = () => app.getHttpServer() as Server;
+
+  beforeAll(async () => {
+    server = kind === 'redis' ? await RedisServer.start() : undefined;
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot(server ? { redis: server.url } : {})],
+      controllers: [OrdersController, ReportsController],
+    }).compile();
+    app = module.createNestApplication({ logger: false });
+    await app.init();
+    locks = app.get(LockService);
+  });
+  afterAll(async () => {
+    await app.close();
+    await server?.stop();
+  });
+
+  it('runs same-id requests one at a time and different ids in parallel', async () => {
+    const ids = [`${kind}-a`, `${kind}-a`, `${kind}-a`, `${kind}-b`, `${kind}-c`];
+    const responses = await Promise.all(ids.map((id) => request(http()).post(`/orders/${id}/pay`)));
+
+    expect(responses.map((response) => response.status)).toEqual([201, 201, 201, 201, 201]);
+    expect(occupancy.maxInside.get(`${kind}-a`)).toBe(1);
+    expect(occupancy.maxOverall).toBeGreaterThanOrEqual(2);
+  });
+
+  it('answers 409 naming the key when the lock is held and timeout is 0', async () => {
+    const held = await locks.lock('order:7');
+
+    const response = await request(http()).post('/orders/7/ship');
+
+    expect(response.status).toBe(409);
+    expect(response.body).toMatchObject({ statusCode: 409, code: 'LOCK_TIMEOUT', key: 'order:7' });
+    await held.unlock();
+    expect((await request(http()).post('/orders/7/ship')).status).toBe(201);
+  });
+
+  it('lets two of three concurrent requests through @Semaphore(2) and answers 503 with Retry-After', async () => {
+    const responses = await Promise.all([0, 1, 2].map(() => request(http()).get('/reports')));
+    const statuses = responses.map((response) => response.status).sort();
+
+    expect(statuses).toEqual([200, 200, 503]);
+    const refused = responses.find((response) => response.status === 503)!;
+    expect(refused.headers['retry-after']).toBe('1');
+    expect(refused.body).toMatchObject({
+      code: 'SEMAPHORE_TIMEOUT',
+      semaphore: 'ReportsController.create',
+      limit: 2,
+    });
+  });
+
+  it('answers 400 when a key placeholder resolves to nothing, and locks nothing', async () => {
+    const response = await request(http()).post('/orders/by-body').send({});
+
+    expect(response.status).toBe(400);
+    expect(response.body).toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'key' });
+    expect((response.body as { message: string }).message).toContain('{0.orderId}');
+    expect(await locks.isLocked('order:undefined')).toBe(false);
+  });
+
+  it('holds the lock of an Observable handler until the Observable completes', async () => {
+    const pending = request(http())
+      .get(`/orders/${kind}-stream/events`)
+      .then((response) => response);
+    await delay(150);
+    expect(await locks.isLocked(`order:${kind}-stream`)).toBe(true);
+
+    const response = await pending;
+    expect(response.status).toBe(200);
+    expect(response.body).toEqual({ id: `${kind}-stream` });
+    expect(await locks.isLocked(`order:${kind}-stream`)).toBe(false);
+  });
+});
