@@ -1,0 +1,214 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable, Module, SetMetadata } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { InvalidArgumentError, LockModule, LockService, Semaphore, SemaphoreService, WithLock } from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
+// A value import, so that `design:returntype` names Observable for the declared-Observable path.
+import { interval, isObservable, Observable, take } from 'rxjs';
+import { deferred } from './support/deferred.js';
+import { STORE_KINDS, uniqueKey } from './support/lock-app.js';
+import { RedisServer } from './support/redis-server.js';
+
+class OutOfStockError extends Error {
+  constructor(readonly sku: string) {
+    super(`${sku} is out of stock`);
+  }
+}
+
+const Audited = (action: string) => SetMetadata('audit', action);
+
+@Injectable()
+class InventoryService {
+  readonly log: string[] = [];
+  private inside = 0;
+  maxInside = 0;
+
+  @WithLock('sku:{0}')
+  async reserve(sku: string, ms: number): Promise<string> {
+    this.maxInside = Math.max(this.maxInside, ++this.inside);
+    await delay(ms);
+    this.inside--;
+    this.log.push(`reserved ${sku}`);
+    return sku;
+  }
+
+  /** Holds `sku:{0}` and calls reserve() on the same key: it must not wait for itself. */
+  @WithLock('sku:{0}')
+  async restock(sku: string, held: { resolve(): void }, finish: Promise<void>): Promise<void> {
+    await this.reserve(sku, 1);
+    held.resolve();
+    await finish;
+    this.log.push(`restocked ${sku}`);
+  }
+
+  @WithLock('sku:{0}')
+  async sell(sku: string): Promise<never> {
+    throw new OutOfStockError(sku);
+  }
+
+  @WithLock('sku:{0}')
+  count(sku: string): number {
+    return sku.length;
+  }
+
+  @WithLock((order: { sku: string }) => `sku:${order.sku}`)
+  async ship(order: { sku: string }): Promise<string> {
+    return `shipped ${order.sku}`;
+  }
+
+  @WithLock('feed:{0}')
+  feed(sku: string, ticks: number): Observable<number> {
+    return interval(30).pipe(take(ticks));
+  }
+
+  @Semaphore(1, { scope: 'local', timeout: 0 })
+  async recount(): Promise<void> {
+    await delay(50);
+  }
+
+  @Audited('above')
+  @WithLock('audit:{0}')
+  auditedAbove(id: string): string {
+    return id;
+  }
+
+  @WithLock('audit:{0}')
+  @Audited('below')
+  auditedBelow(id: string): string {
+    return id;
+  }
+}
+
+@Module({ providers: [InventoryService], exports: [InventoryService] })
+class InventoryModule {}
+
+describe.each(STORE_KINDS)('@WithLock and @Semaphore on provider methods, on the %s store', (kind) => {
+  let server: RedisServer | undefined;
+  let module: TestingModule;
+  let inventory: InventoryService;
+  let locks: LockService;
+
+  beforeAll(async () => {
+    server = kind === 'redis' ? await RedisServer.start() : undefined;
+    module = await Test.createTestingModule({
+      imports: [LockModule.forRoot(server ? { redis: server.url } : {}), InventoryModule],
+    }).compile();
+    inventory = module.get(InventoryService);
+    locks = module.get(LockService);
+  });
+  afterAll(async () => {
+    await module.close();
+    await server?.stop();
+  });
+
+  it('serialises calls from two concurrent chains on the same key', async () => {
+    inventory.maxInside = 0;
+    const sku = uniqueKey('sku');
+
+    expect(await Promise.all([inventory.reserve(sku, 50), inventory.reserve(sku, 50)])).toEqual([sku, sku]);
+    expect(inventory.maxInside).toBe(1);
+  });
+
+  it('runs a nested call on the same key at once while a different chain keeps waiting', async () => {
+    const sku = uniqueKey('sku');
+    const held = deferred();
+    const finish = deferred();
+    inventory.log.length = 0;
+
+    const restocking = inventory.restock(sku, held, finish.promise);
+    await held.promise;
+    const otherChain = inventory.reserve(sku, 1);
+    await delay(50);
+    expect(inventory.log).toEqual([`reserved ${sku}`]);
+
+    finish.resolve();
+    await Promise.all([restocking, otherChain]);
+    expect(inventory.log).toEqual([`reserved ${sku}`, `restocked ${sku}`, `reserved ${sku}`]);
+  });
+
+  it("passes the method's own error through with its class and message, and unlocks", async () => {
+    const sku = uniqueKey('sku');
+    const error = await inventory.sell(sku).catch((e: unknown) => e);
+
+    expect(error).toBeInstanceOf(OutOfStockError);
+    expect((error as OutOfStockError).message).toBe(`${sku} is out of stock`);
+    expect(await locks.isLocked(`sku:${sku}`)).toBe(false);
+  });
+
+  it('returns the result of a synchronous method as a promise, and takes keys from a key function', async () => {
+    expect(await inventory.count('abc')).toBe(3);
+    expect(await inventory.ship({ sku: 'x1' })).toBe('shipped x1');
+  });
+
+  it('rejects with InvalidArgumentError when a placeholder resolves to nothing', async () => {
+    await expect(inventory.reserve(undefined as unknown as string, 1)).rejects.toBeInstanceOf(InvalidArgumentError);
+    expect(await locks.isLocked('sku:undefined')).toBe(false);
+  });
+
+  it('returns a declared Observable that takes the lock on subscription and holds it until completion', async () => {
+    const sku = uniqueKey('sku');
+    const feed = inventory.feed(sku, 3);
+    expect(isObservable(feed)).toBe(true);
+    expect(await locks.isLocked(`feed:${sku}`)).toBe(false);
+
+    const ticks: number[] = [];
+    const done = new Promise<void>((complete) => feed.subscribe({ next: (tick) => ticks.push(tick), complete }));
+    await delay(45);
+    expect(await locks.isLocked(`feed:${sku}`)).toBe(true);
+
+    await done;
+    // The release is sent when the Observable completes, before this check on the same connection.
+    expect(ticks).toEqual([0, 1, 2]);
+    expect(await locks.isLocked(`feed:${sku}`)).toBe(false);
+  });
+
+  it('releases the lock of an Observable that is unsubscribed early', async () => {
+    const sku = uniqueKey('sku');
+    const subscription = inventory.feed(sku, 100).subscribe();
+    await delay(60);
+    expect(await locks.isLocked(`feed:${sku}`)).toBe(true);
+
+    subscription.unsubscribe();
+    expect(await locks.isLocked(`feed:${sku}`)).toBe(false);
+  });
+
+  it('limits a local semaphore inside the process', async () => {
+    const results = await Promise.allSettled([inventory.recount(), inventory.recount()]);
+
+    expect(results.map((result) => result.status).sort()).toEqual(['fulfilled', 'rejected']);
+    expect(module.get(SemaphoreService).local('InventoryService.recount', 1).count()).toBe(1);
+  });
+
+  it('keeps metadata of other decorators whatever their order, and the method name', () => {
+    const reflector = module.get(Reflector);
+
+    expect(reflector.get('audit', InventoryService.prototype.auditedAbove)).toBe('above');
+    expect(reflector.get('audit', InventoryService.prototype.auditedBelow)).toBe('below');
+    expect(InventoryService.prototype.reserve.name).toBe('reserve');
+  });
+});
+
+describe('decorated methods without LockModule', () => {
+  it('fail at bootstrap, naming the missing service', async () => {
+    const compiling = Test.createTestingModule({ providers: [InventoryService] }).compile();
+
+    await expect(compiling).rejects.toThrow(/LockService/);
+  });
+
+  it('refuse to run unprotected on an instance Nest did not create', async () => {
+    const inventory = new InventoryService();
+
+    await expect(inventory.reserve('sku-1', 1)).rejects.toThrow(
+      /@WithLock on InventoryService.reserve has no LockService/,
+    );
+    expect(inventory.log).toEqual([]);
+  });
+
+  it('refuse bad decorator options when the class is defined', () => {
+    expect(() => WithLock('k', { ttl: 0 })).toThrow(InvalidArgumentError);
+    expect(() => WithLock('order:{id}')).toThrow(InvalidArgumentError);
+    expect(() => Semaphore(0)).toThrow(InvalidArgumentError);
+    expect(() => Semaphore(2, { scope: 'global' as 'local' })).toThrow(InvalidArgumentError);
+  });
+});
