@@ -41,13 +41,13 @@ class OrdersController {
   // Decorator order reversed on purpose: the route metadata must reach the method either way.
   @WithLock('order:{0}', { timeout: 0 })
   @Post(':id/ship')
-  ship(@Param('id') id: string) {
+  async ship(@Param('id') id: string) {
     return { id, shipped: true };
   }
 
   @Post('by-body')
   @WithLock('order:{0.orderId}')
-  byBody(@Body() body: { orderId?: string }) {
+  async byBody(@Body() body: { orderId?: string }) {
     return body;
   }
 

@@ -4,6 +4,19 @@ import { type ChainLease, type ChainLeaseKind, leaseHeldByChain, runHolding } fr
 import { LockInterceptor } from '../lock.interceptor.js';
 import { markRaisedByDecorator } from './decorator-errors.js';
 
+/**
+ * The methods the decorators accept: taking a lock is asynchronous, so a decorated method returns a
+ * promise (or an Observable), and its type says so.
+ */
+export type GuardableMethod = (...args: never[]) => PromiseLike<unknown> | Observable<unknown>;
+
+/** The decorator signature of `@WithLock` and `@Semaphore`. */
+export type GuardDecorator = <T extends GuardableMethod>(
+  target: object,
+  propertyKey: string | symbol,
+  descriptor: TypedPropertyDescriptor<T>,
+) => void;
+
 /** What one call of a decorated method must hold, and how to take and give it back. */
 export interface MethodGuard<L extends ChainLease = ChainLease> {
   kind: ChainLeaseKind;

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../lock.errors.js';
 import { DEFAULT_LEASE, resolveLease, type SemaphoreOptions, validateKey, validateLimit } from '../lock.options.js';
 import { type HeldPermit, type LocalPermit, SemaphoreService } from '../semaphore.service.js';
-import { guardMethod, type MethodGuard } from './guarded-method.js';
+import { type GuardDecorator, guardMethod, type MethodGuard } from './guarded-method.js';
 
 export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
   /** Semaphore name; default `ClassName.methodName`. */
@@ -19,7 +19,7 @@ export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
  * ＠Semaphore(2, { timeout: 0 })
  * createReport() { … }
  */
-export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}): MethodDecorator {
+export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}): GuardDecorator {
   validateLimit(limit);
   const { name, scope = 'distributed', ...leaseOptions } = options;
   if (name !== undefined) validateKey('name', name);

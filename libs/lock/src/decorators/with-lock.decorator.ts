@@ -1,6 +1,6 @@
 import { DEFAULT_LEASE, type LockOptions, resolveLease } from '../lock.options.js';
 import { type HeldLock, LockService } from '../lock.service.js';
-import { guardMethod } from './guarded-method.js';
+import { type GuardDecorator, guardMethod } from './guarded-method.js';
 import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
 
 /**
@@ -12,7 +12,7 @@ import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
  * ＠WithLock('order:{0}', { timeout: 0 })
  * ship(orderId: string) { … }
  */
-export function WithLock(key: KeyTemplate, options: LockOptions = {}): MethodDecorator {
+export function WithLock(key: KeyTemplate, options: LockOptions = {}): GuardDecorator {
   const keyOf = compileKeyTemplate(key);
   // Misspelt options fail when the class is defined, not on the first call.
   resolveLease(DEFAULT_LEASE, options);
