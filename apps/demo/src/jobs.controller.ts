@@ -1,29 +1,15 @@
-import { ConflictException, Controller, Param, Post } from '@nestjs/common';
-import { LockService, LockTimeoutError } from 'nest-lock';
+import { Controller, Param, Post } from '@nestjs/common';
+import { WithLock } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 
 /** One job of a name runs at a time, across every process sharing the store: a second run gets 409. */
 @Controller('jobs')
 export class JobsController {
-  constructor(private readonly locks: LockService) {}
-
   @Post(':name/run')
+  @WithLock('job:{0}', { timeout: 0 })
   async run(@Param('name') name: string): Promise<{ job: string; ranForMs: number }> {
-    try {
-      return await this.locks.withLock(
-        `job:${name}`,
-        async () => {
-          const started = performance.now();
-          await delay(1_000); // the job's work
-          return { job: name, ranForMs: Math.round(performance.now() - started) };
-        },
-        { timeout: 0 },
-      );
-    } catch (error) {
-      if (error instanceof LockTimeoutError) {
-        throw new ConflictException({ message: `Job "${name}" is already running`, key: error.key });
-      }
-      throw error;
-    }
+    const started = performance.now();
+    await delay(1_000); // the job's work
+    return { job: name, ranForMs: Math.round(performance.now() - started) };
   }
 }
