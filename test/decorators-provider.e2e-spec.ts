@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Injectable, Module, SetMetadata } from '@nestjs/common';
+import { Inject, Injectable, Module, SetMetadata } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { InvalidArgumentError, LockModule, LockService, Semaphore, SemaphoreService, WithLock } from 'nest-lock';
@@ -191,6 +191,69 @@ describe.each(STORE_KINDS)('@WithLock and @Semaphore on provider methods, on the
     expect(reflector.get('audit', method('auditedAbove'))).toBe('above');
     expect(reflector.get('audit', method('auditedBelow'))).toBe('below');
     expect(method('reserve').name).toBe('reserve');
+  });
+});
+
+describe('a decorated method whose release fails', () => {
+  @Injectable()
+  class FreezingService {
+    constructor(@Inject(RedisServer) readonly server: RedisServer) {}
+
+    @WithLock('freezing:{0}')
+    async work(id: string): Promise<string> {
+      this.server.pause(); // the release that follows cannot reach Redis
+      return `worked on ${id}`;
+    }
+
+    @WithLock('freezing:{0}')
+    async fail(id: string): Promise<string> {
+      this.server.pause();
+      throw new OutOfStockError(id);
+    }
+  }
+
+  let server: RedisServer;
+  let module: TestingModule;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server.url, commandTimeout: 200 })],
+      providers: [FreezingService, { provide: RedisServer, useValue: server }],
+    }).compile();
+  });
+  afterAll(async () => {
+    server.resume();
+    await module.close();
+    await server.stop();
+  });
+
+  it('still returns its result, and still throws its own error', async () => {
+    const service = module.get(FreezingService);
+    try {
+      expect(await service.work('a')).toBe('worked on a');
+    } finally {
+      server.resume();
+    }
+    try {
+      await expect(service.fail('b')).rejects.toBeInstanceOf(OutOfStockError);
+    } finally {
+      server.resume();
+    }
+  });
+});
+
+describe('a decorated provider that Nest built with a factory', () => {
+  it('uses the LockService of the one application running', async () => {
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot()],
+      providers: [{ provide: InventoryService, useFactory: () => new InventoryService() }],
+    }).compile();
+    try {
+      expect(await module.get(InventoryService).reserve('sku-9', 1)).toBe('sku-9');
+    } finally {
+      await module.close();
+    }
   });
 });
 

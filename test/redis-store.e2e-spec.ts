@@ -131,6 +131,9 @@ describe('LockService when Redis fails', () => {
       await expect(app.locks.unlock('k', 'token')).rejects.toBeInstanceOf(LockBackendError);
       await expect(app.locks.expire('k', 'token', 1_000)).rejects.toBeInstanceOf(LockBackendError);
       await expect(app.locks.isLocked('k')).rejects.toBeInstanceOf(LockBackendError);
+      await expect(app.semaphores.acquire('s', 1, { timeout: 300 })).rejects.toBeInstanceOf(LockBackendError);
+      await expect(app.semaphores.tryAcquire('s', 1)).rejects.toBeInstanceOf(LockBackendError);
+      await expect(app.semaphores.count('s')).rejects.toBeInstanceOf(LockBackendError);
     } finally {
       await closeLockApp(app);
     }
@@ -194,6 +197,29 @@ describe('LockService when Redis fails', () => {
       await delay(200);
       expect(await app.locks.isLocked(key)).toBe(false);
     });
+  });
+
+  it("never lets a failed release replace the function's result", async () => {
+    const app = await createLockApp('redis', { commandTimeout: 200 });
+    const server = app.server!;
+    try {
+      const key = uniqueKey();
+      const result = await app.locks.withLock(key, () => {
+        server.pause(); // the unlock that follows cannot reach Redis
+        return 'the result';
+      });
+      expect(result).toBe('the result');
+      server.resume();
+
+      const permitResult = await app.semaphores.withPermit(key, 1, () => {
+        server.pause();
+        return 'the permit result';
+      });
+      expect(permitResult).toBe('the permit result');
+    } finally {
+      server.resume();
+      await closeLockApp(app);
+    }
   });
 
   it('answers commands that were in flight before their replies time out, without unhandled rejections', async () => {

@@ -1,4 +1,5 @@
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { registerLiveService, unregisterLiveService } from './decorators/live-services.js';
 import { acquireLease, HeldLease, type LeaseGrant } from './lease.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { leaseHeldByChain, runHolding } from './lock.context.js';
@@ -22,13 +23,20 @@ export interface Lock {
 }
 
 @Injectable()
-export class LockService {
+export class LockService implements OnModuleDestroy {
   private readonly logger = new Logger(LockService.name);
 
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
-  ) {}
+  ) {
+    // Lets decorated methods of instances Nest built by a factory find this service.
+    registerLiveService(LockService, this);
+  }
+
+  onModuleDestroy(): void {
+    unregisterLiveService(LockService, this);
+  }
 
   /** Waits up to `timeout` for `key`; rejects with `LockTimeoutError` when it stays taken. */
   lock(key: string, options: LockOptions = {}): Promise<Lock> {

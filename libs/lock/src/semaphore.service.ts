@@ -1,4 +1,5 @@
-import { Inject, Injectable, Logger } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { registerLiveService, unregisterLiveService } from './decorators/live-services.js';
 import { acquireLease, HeldLease, type LeaseGrant } from './lease.js';
 import { LocalSemaphore } from './local-semaphore.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
@@ -33,14 +34,21 @@ export interface Permit {
  * name are held at once, and the permit of a holder that died comes back after its `ttl`.
  */
 @Injectable()
-export class SemaphoreService {
+export class SemaphoreService implements OnModuleDestroy {
   private readonly logger = new Logger(SemaphoreService.name);
   private readonly localSemaphores = new Map<string, { limit: number; semaphore: LocalSemaphore }>();
 
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
-  ) {}
+  ) {
+    // Lets decorated methods of instances Nest built by a factory find this service.
+    registerLiveService(SemaphoreService, this);
+  }
+
+  onModuleDestroy(): void {
+    unregisterLiveService(SemaphoreService, this);
+  }
 
   /** Waits up to `timeout` for a permit; rejects with `SemaphoreTimeoutError` when none frees up. */
   acquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit> {

@@ -3,6 +3,7 @@ import { defer, from, isObservable, Observable, type ObservableInput } from 'rxj
 import { type ChainLease, type ChainLeaseKind, leaseHeldByChain, runHolding } from '../lock.context.js';
 import { LockInterceptor } from '../lock.interceptor.js';
 import { markRaisedByDecorator } from './decorator-errors.js';
+import { soleLiveService } from './live-services.js';
 
 /**
  * The methods the decorators accept: taking a lock is asynchronous, so a decorated method returns a
@@ -40,8 +41,9 @@ const logger = new Logger('nest-lock');
 /**
  * Replaces a method, when its class is defined, by a wrapper that holds a lock or permit
  * around each call. Interceptors alone cannot do this: they never run for provider methods and
- * see `[req, res, next]` rather than the method's arguments. The wrapper finds its service in a
- * property that Nest injects, so a class whose module cannot provide it fails at bootstrap.
+ * see `[req, res, next]` rather than the method's arguments. The wrapper finds its service at call
+ * time in a property that Nest injects, so a class whose module cannot provide it fails at
+ * bootstrap; an instance built by a factory uses the one service running in the process.
  *
  * - A call inside a chain that already holds the same key or name runs at once (reentrancy).
  * - The method's own result and errors pass through unchanged; a failed release is logged.
@@ -65,11 +67,14 @@ export function guardMethod<S, L extends ChainLease>(
   const declaredObservable = returnsObservable(target, propertyKey);
 
   function guardOf(instance: object, args: unknown[]): MethodGuard<L> {
-    const service = (instance as Record<symbol, S | undefined>)[serviceProperty];
-    if (service === undefined) {
+    const injected = (instance as Record<symbol, S | undefined>)[serviceProperty];
+    const service = injected ?? soleLiveService(definition.service);
+    if (typeof service === 'number') {
+      const { name } = definition.service;
       throw new Error(
-        `${definition.decorator} on ${where} has no ${definition.service.name}: import LockModule.forRoot() ` +
-          `and let Nest create ${target.constructor.name}, instead of running the method unprotected`,
+        `${definition.decorator} on ${where} has no ${name}: Nest did not create this ${target.constructor.name} ` +
+          `with its injector, and ${service} applications run a ${name} (import LockModule.forRoot() in one). ` +
+          'The method does not run unprotected.',
       );
     }
     return markErrors(() => definition.guardFor(service, args));
