@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from '@jest/globals';
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import type { Server } from 'node:http';
@@ -11,47 +11,107 @@ import { RedisServer } from './support/redis-server.js';
 describe.each(STORE_KINDS)('demo app on the %s store', (kind) => {
   let server: RedisServer | undefined;
   let app: INestApplication;
+  const http = () => app.getHttpServer() as Server;
+  const stats = async () => (await request(http()).get('/stats')).body as Record<string, number>;
+  const getMany = (path: string, count: number) =>
+    Promise.all(Array.from({ length: count }, () => request(http()).get(path)));
 
   beforeAll(async () => {
     server = kind === 'redis' ? await RedisServer.start() : undefined;
     const module = await Test.createTestingModule({
-      imports: [AppModule.register(readDemoConfig({ REDIS_URL: server?.url }))],
+      imports: [AppModule.register(readDemoConfig({ REDIS_URL: server?.url, BACKEND_LATENCY_MS: '200' }))],
     }).compile();
     app = module.createNestApplication({ logger: false });
     await app.init();
   });
-  const http = () => app.getHttpServer() as Server;
-
   afterAll(async () => {
     await app.close();
     await server?.stop();
   });
-
-  it('runs one job of a name at a time: the second concurrent run gets 409 naming the lock key', async () => {
-    const [first, second] = await Promise.all([
-      request(http()).post('/jobs/nightly/run'),
-      new Promise((resolve) => setTimeout(resolve, 100)).then(() => request(http()).post('/jobs/nightly/run')),
-    ]);
-
-    expect(first.status).toBe(201);
-    expect(first.body).toMatchObject({ job: 'nightly' });
-    expect(second.status).toBe(409);
-    expect(second.body).toMatchObject({ key: 'job:nightly' });
+  beforeEach(async () => {
+    await request(http()).delete('/stats').expect(204);
   });
 
-  it('runs jobs of different names side by side', async () => {
-    const responses = await Promise.all(['a', 'b'].map((name) => request(http()).post(`/jobs/${name}/run`)));
+  it('answers 100 concurrent misses of one product with one backend call', async () => {
+    const responses = await getMany('/products/42', 100);
 
-    expect(responses.map((response) => response.status)).toEqual([201, 201]);
+    expect(new Set(responses.map((response) => response.status))).toEqual(new Set([200]));
+    expect(new Set(responses.map((response) => JSON.stringify(response.body))).size).toBe(1);
+    expect(responses[0].body).toMatchObject({ id: 42, name: 'Product 42' });
+    expect(await stats()).toMatchObject({ backendCalls: 1, cacheMisses: 100 });
+  });
+
+  it('caches "not found": 50 concurrent requests for an unknown id make one backend call, and repeats none', async () => {
+    const first = await getMany('/products/20000', 50);
+    const again = await getMany('/products/20000', 50);
+
+    expect([...first, ...again].every((response) => response.status === 404)).toBe(true);
+    expect(first[0].body).toMatchObject({ message: 'There is no product 20000' });
+    expect(await stats()).toMatchObject({ backendCalls: 1, cacheHits: 50 });
+  });
+
+  it('answers a failing backend call with a clear 502, and lets the next request reach the backend at once', async () => {
+    await request(http()).post('/backend/failures/7').expect(204);
+    const failed = await request(http()).get('/products/7');
+    expect(failed.status).toBe(502);
+    expect(failed.body).toMatchObject({ message: 'the catalogue backend failed to load product 7' });
+
+    await request(http()).delete('/backend/failures/7').expect(204);
+    const started = performance.now();
+    const next = await request(http()).get('/products/7');
+    expect(next.status).toBe(200);
+    // Well under the lock's timeout (5 s): the failed load released the lock in `finally`.
+    expect(performance.now() - started).toBeLessThan(1_000);
+    expect(await stats()).toMatchObject({ backendCalls: 2 });
+  });
+
+  it('stampedes the backend without the lock (the control that shows the count can fail)', async () => {
+    await getMany('/products/43?lock=off', 100);
+
+    expect((await stats()).backendCalls).toBeGreaterThan(1);
+  });
+
+  it('evicts one product from the cache', async () => {
+    await request(http()).get('/products/44').expect(200);
+    await request(http()).delete('/cache/44').expect(204);
+    await request(http()).get('/products/44').expect(200);
+
+    expect(await stats()).toMatchObject({ backendCalls: 2, cacheMisses: 2 });
+  });
+
+  it('runs one reindex at a time (409) and two reports at a time (503 with Retry-After)', async () => {
+    const reindex = await Promise.all([0, 1].map(() => request(http()).post('/reindex')));
+    expect(reindex.map((response) => response.status).sort()).toEqual([201, 409]);
+
+    const reports = await Promise.all([0, 1, 2].map(() => request(http()).post('/reports')));
+    expect(reports.map((response) => response.status).sort()).toEqual([201, 201, 503]);
+    expect(reports.find((response) => response.status === 503)!.headers['retry-after']).toBe('1');
   });
 });
 
 describe('demo configuration', () => {
-  it('defaults to port 3000 and the memory store', () => {
-    expect(readDemoConfig({})).toEqual({ port: 3000, redisUrl: undefined });
+  it('has defaults for everything, the memory store included', () => {
+    expect(readDemoConfig({})).toEqual({
+      port: 3000,
+      redisUrl: undefined,
+      backendLatencyMs: 200,
+      cacheTtlMs: 60_000,
+      notFoundTtlMs: 10_000,
+      lock: true,
+    });
   });
 
-  it('rejects a PORT that is not a port number', () => {
-    expect(() => readDemoConfig({ PORT: 'eighty' })).toThrow(/PORT/);
+  it.each([
+    [{ PORT: 'eighty' }, /PORT/],
+    [{ BACKEND_LATENCY_MS: '-5' }, /BACKEND_LATENCY_MS/],
+    [{ CACHE_TTL_MS: '0' }, /CACHE_TTL_MS/],
+    [{ REDIS_URL: 'localhost:6379' }, /REDIS_URL/],
+    [{ DEMO_LOCK: 'maybe' }, /DEMO_LOCK/],
+  ])('refuses %p with a message naming the variable', (env, message) => {
+    expect(() => readDemoConfig(env)).toThrow(message);
+  });
+
+  it('turns the lock off for the whole process with DEMO_LOCK=off', () => {
+    expect(readDemoConfig({ DEMO_LOCK: 'off' }).lock).toBe(false);
   });
 });

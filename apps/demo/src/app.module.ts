@@ -1,15 +1,38 @@
-import { type DynamicModule, Module } from '@nestjs/common';
+import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { Redis } from 'ioredis';
 import { LockModule } from 'nest-lock';
-import type { DemoConfig } from './demo.config.js';
-import { JobsController } from './jobs.controller.js';
+import { CatalogueBackend } from './catalogue/catalogue-backend.js';
+import { CatalogueController } from './catalogue/catalogue.controller.js';
+import { ProductsService } from './catalogue/products.service.js';
+import { ReportsService } from './catalogue/reports.service.js';
+import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
+import { StatsController } from './stats.controller.js';
+import { DemoStorage, MemoryDemoStorage, RedisDemoStorage } from './storage/demo-storage.js';
 
 @Module({})
-export class AppModule {
+export class AppModule implements OnApplicationShutdown {
+  constructor(@Inject(DemoStorage) private readonly storage: DemoStorage) {}
+
   static register(config: DemoConfig): DynamicModule {
     return {
       module: AppModule,
       imports: [LockModule.forRoot(config.redisUrl ? { redis: config.redisUrl } : {})],
-      controllers: [JobsController],
+      controllers: [CatalogueController, StatsController],
+      providers: [
+        { provide: DEMO_CONFIG, useValue: config },
+        {
+          provide: DemoStorage,
+          useFactory: () =>
+            config.redisUrl ? new RedisDemoStorage(new Redis(config.redisUrl)) : new MemoryDemoStorage(),
+        },
+        CatalogueBackend,
+        ProductsService,
+        ReportsService,
+      ],
     };
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    await this.storage.close();
   }
 }

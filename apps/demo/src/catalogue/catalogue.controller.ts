@@ -1,0 +1,71 @@
+import {
+  BadGatewayException,
+  Controller,
+  Delete,
+  Get,
+  HttpCode,
+  NotFoundException,
+  Param,
+  ParseIntPipe,
+  Post,
+  Query,
+  UseInterceptors,
+} from '@nestjs/common';
+import { LockInterceptor } from 'nest-lock';
+import { BackendFailure, CatalogueBackend, type Product } from './catalogue-backend.js';
+import { ProductsService } from './products.service.js';
+import { ReportsService } from './reports.service.js';
+
+@Controller()
+// The decorated methods live in ReportsService: map their errors (409 / 503) on these routes too.
+@UseInterceptors(LockInterceptor)
+export class CatalogueController {
+  constructor(
+    private readonly products: ProductsService,
+    private readonly reports: ReportsService,
+    private readonly backend: CatalogueBackend,
+  ) {}
+
+  /** `?lock=off` skips the cache-miss lock for this request, to show the stampede. */
+  @Get('products/:id')
+  async product(@Param('id', ParseIntPipe) id: number, @Query('lock') lock?: string): Promise<Product> {
+    let product: Product | null;
+    try {
+      product = await this.products.findProduct(id, lock === 'off' ? false : undefined);
+    } catch (error) {
+      if (error instanceof BackendFailure) throw new BadGatewayException(error.message, { cause: error });
+      throw error;
+    }
+    if (product === null) throw new NotFoundException(`There is no product ${id}`);
+    return product;
+  }
+
+  @Delete('cache/:id')
+  @HttpCode(204)
+  async evict(@Param('id', ParseIntPipe) id: number): Promise<void> {
+    await this.products.evict(id);
+  }
+
+  /** Makes the backend fail for one id (`DELETE` to heal it), in this process. */
+  @Post('backend/failures/:id')
+  @HttpCode(204)
+  failLoads(@Param('id', ParseIntPipe) id: number): void {
+    this.backend.failLoadsOf(id, true);
+  }
+
+  @Delete('backend/failures/:id')
+  @HttpCode(204)
+  healLoads(@Param('id', ParseIntPipe) id: number): void {
+    this.backend.failLoadsOf(id, false);
+  }
+
+  @Post('reports')
+  createReport() {
+    return this.reports.createReport();
+  }
+
+  @Post('reindex')
+  reindex() {
+    return this.reports.reindex();
+  }
+}

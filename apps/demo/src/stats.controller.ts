@@ -1,0 +1,19 @@
+import { Controller, Delete, Get, HttpCode, Inject } from '@nestjs/common';
+import { DemoStorage, type StatName } from './storage/demo-storage.js';
+
+/** What happened so far: on Redis, summed over every demo process. */
+@Controller('stats')
+export class StatsController {
+  constructor(@Inject(DemoStorage) private readonly storage: DemoStorage) {}
+
+  @Get()
+  stats(): Promise<Record<StatName, number>> {
+    return this.storage.stats();
+  }
+
+  @Delete()
+  @HttpCode(204)
+  async reset(): Promise<void> {
+    await this.storage.resetStats();
+  }
+}

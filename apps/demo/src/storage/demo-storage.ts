@@ -1,0 +1,97 @@
+import type { Redis } from 'ioredis';
+
+/**
+ * The demo's cache and counters. With REDIS_URL they live in Redis, so that several demo
+ * processes share one cache and add up their statistics; without it, in this process.
+ */
+export interface DemoStorage {
+  getCached(key: string): Promise<string | undefined>;
+  setCached(key: string, value: string, ttlMs: number): Promise<void>;
+  deleteCached(key: string): Promise<void>;
+  increment(counter: StatName): Promise<void>;
+  stats(): Promise<Record<StatName, number>>;
+  resetStats(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export const DemoStorage = Symbol('DemoStorage');
+
+export const STAT_NAMES = ['backendCalls', 'cacheHits', 'cacheMisses', 'lockWaits'] as const;
+export type StatName = (typeof STAT_NAMES)[number];
+
+function zeroStats(): Record<StatName, number> {
+  return { backendCalls: 0, cacheHits: 0, cacheMisses: 0, lockWaits: 0 };
+}
+
+export class MemoryDemoStorage implements DemoStorage {
+  private readonly cache = new Map<string, { value: string; expiresAt: number }>();
+  private counters = zeroStats();
+
+  async getCached(key: string): Promise<string | undefined> {
+    const entry = this.cache.get(key);
+    if (entry === undefined || entry.expiresAt > Date.now()) return entry?.value;
+    this.cache.delete(key);
+    return undefined;
+  }
+
+  async setCached(key: string, value: string, ttlMs: number): Promise<void> {
+    this.cache.set(key, { value, expiresAt: Date.now() + ttlMs });
+  }
+
+  async deleteCached(key: string): Promise<void> {
+    this.cache.delete(key);
+  }
+
+  async increment(counter: StatName): Promise<void> {
+    this.counters[counter]++;
+  }
+
+  async stats(): Promise<Record<StatName, number>> {
+    return { ...this.counters };
+  }
+
+  async resetStats(): Promise<void> {
+    this.counters = zeroStats();
+  }
+
+  async close(): Promise<void> {
+    this.cache.clear();
+  }
+}
+
+const STATS_KEY = 'demo:stats';
+
+export class RedisDemoStorage implements DemoStorage {
+  constructor(private readonly redis: Redis) {}
+
+  async getCached(key: string): Promise<string | undefined> {
+    return (await this.redis.get(`demo:cache:${key}`)) ?? undefined;
+  }
+
+  async setCached(key: string, value: string, ttlMs: number): Promise<void> {
+    await this.redis.set(`demo:cache:${key}`, value, 'PX', ttlMs);
+  }
+
+  async deleteCached(key: string): Promise<void> {
+    await this.redis.del(`demo:cache:${key}`);
+  }
+
+  async increment(counter: StatName): Promise<void> {
+    await this.redis.hincrby(STATS_KEY, counter, 1);
+  }
+
+  async stats(): Promise<Record<StatName, number>> {
+    const stored = await this.redis.hgetall(STATS_KEY);
+    const stats = zeroStats();
+    for (const name of STAT_NAMES) stats[name] = Number(stored[name] ?? 0);
+    return stats;
+  }
+
+  async resetStats(): Promise<void> {
+    await this.redis.del(STATS_KEY);
+  }
+
+  async close(): Promise<void> {
+    await this.redis.quit();
+  }
+}
