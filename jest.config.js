@@ -18,7 +18,7 @@ export default {
     '^nest-lock$': '<rootDir>/libs/lock/src/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
-  // Child-process workers import the built library, as a user's app would.
-  globalSetup: '<rootDir>/test/support/build-library.ts',
+  // Child processes (workers, demo instances) run the built code, as a user's app would.
+  globalSetup: '<rootDir>/test/support/build-for-child-processes.ts',
   testTimeout: 30_000,
 };

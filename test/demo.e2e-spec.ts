@@ -38,7 +38,10 @@ describe.each(STORE_KINDS)('demo app on the %s store', (kind) => {
     expect(new Set(responses.map((response) => response.status))).toEqual(new Set([200]));
     expect(new Set(responses.map((response) => JSON.stringify(response.body))).size).toBe(1);
     expect(responses[0].body).toMatchObject({ id: 42, name: 'Product 42' });
-    expect(await stats()).toMatchObject({ backendCalls: 1, cacheMisses: 100 });
+    // Under load a late request may find the cache filled already: a hit, not a miss.
+    const { backendCalls, cacheHits, cacheMisses } = await stats();
+    expect(backendCalls).toBe(1);
+    expect(cacheHits + cacheMisses).toBe(100);
   });
 
   it('caches "not found": 50 concurrent requests for an unknown id make one backend call, and repeats none', async () => {
@@ -47,7 +50,9 @@ describe.each(STORE_KINDS)('demo app on the %s store', (kind) => {
 
     expect([...first, ...again].every((response) => response.status === 404)).toBe(true);
     expect(first[0].body).toMatchObject({ message: 'There is no product 20000' });
-    expect(await stats()).toMatchObject({ backendCalls: 1, cacheHits: 50 });
+    const { backendCalls, cacheHits } = await stats();
+    expect(backendCalls).toBe(1);
+    expect(cacheHits).toBeGreaterThanOrEqual(50);
   });
 
   it('answers a failing backend call with a clear 502, and lets the next request reach the backend at once', async () => {

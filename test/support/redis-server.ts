@@ -116,7 +116,7 @@ function assertInstalled(binary: string): void {
   if (probe.error) throw new Error(`Cannot run "${binary}": ${INSTALL_HINT}`);
 }
 
-async function freePort(): Promise<number> {
+export async function freePort(): Promise<number> {
   const server = createServer();
   server.listen(0, '127.0.0.1');
   await once(server, 'listening');

@@ -1,0 +1,78 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { freePort, RedisServer } from './support/redis-server.js';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const DEMO_MAIN = `${root}dist/apps/demo/apps/demo/src/main.js`;
+const STAMPEDE = `${root}apps/demo/scripts/stampede.mjs`;
+
+/** Three demo processes on one Redis, as three pods behind a load balancer. */
+describe('the demo on three processes', () => {
+  let server: RedisServer;
+  const demos: ChildProcess[] = [];
+  const urls: string[] = [];
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    for (let i = 0; i < 3; i++) {
+      const port = await freePort();
+      const env = { ...process.env, PORT: String(port), REDIS_URL: server.url };
+      demos.push(spawn(process.execPath, [DEMO_MAIN], { env, stdio: 'ignore' }));
+      urls.push(`http://127.0.0.1:${port}`);
+    }
+    await Promise.all(urls.map(waitUntilAnswering));
+  });
+  afterAll(async () => {
+    await Promise.all(
+      demos.map(async (demo) => {
+        const exited = once(demo, 'exit');
+        demo.kill('SIGTERM');
+        await exited;
+      }),
+    );
+    await server.stop();
+  });
+
+  async function stampede(lock: 'on' | 'off') {
+    const { stdout } = await promisify(execFile)(process.execPath, [
+      STAMPEDE,
+      '--n',
+      '150',
+      '--lock',
+      lock,
+      '--json',
+      ...urls,
+    ]);
+    return JSON.parse(stdout) as { backendCalls: number; statuses: Record<string, number> };
+  }
+
+  it('makes one backend call in total for 150 concurrent requests spread over them', async () => {
+    const summary = await stampede('on');
+
+    expect(summary.statuses).toEqual({ 200: 150 });
+    expect(summary.backendCalls).toBe(1);
+  });
+
+  it('makes many without the lock', async () => {
+    const summary = await stampede('off');
+
+    expect(summary.statuses).toEqual({ 200: 150 });
+    expect(summary.backendCalls).toBeGreaterThan(1);
+  });
+});
+
+async function waitUntilAnswering(url: string): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    try {
+      if ((await fetch(`${url}/stats`)).ok) return;
+    } catch {
+      // not listening yet
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`the demo at ${url} did not answer within 20 s`);
+}
