@@ -84,6 +84,14 @@ describe.each(STORE_KINDS)('demo app on the %s store', (kind) => {
     expect(await stats()).toMatchObject({ backendCalls: 2, cacheMisses: 2 });
   });
 
+  it('serves the page that fires the stampede', async () => {
+    const response = await request(http()).get('/');
+
+    expect(response.status).toBe(200);
+    expect(response.headers['content-type']).toContain('text/html');
+    expect(response.text).toContain('Fire 100 requests');
+  });
+
   it('runs one reindex at a time (409) and two reports at a time (503 with Retry-After)', async () => {
     const reindex = await Promise.all([0, 1].map(() => request(http()).post('/reindex')));
     expect(reindex.map((response) => response.status).sort()).toEqual([201, 409]);

@@ -6,6 +6,7 @@ import { CatalogueController } from './catalogue/catalogue.controller.js';
 import { ProductsService } from './catalogue/products.service.js';
 import { ReportsService } from './catalogue/reports.service.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
+import { PageController } from './page/page.controller.js';
 import { StatsController } from './stats.controller.js';
 import { DemoStorage, MemoryDemoStorage, RedisDemoStorage } from './storage/demo-storage.js';
 
@@ -17,7 +18,7 @@ export class AppModule implements OnApplicationShutdown {
     return {
       module: AppModule,
       imports: [LockModule.forRoot(config.redisUrl ? { redis: config.redisUrl } : {})],
-      controllers: [CatalogueController, StatsController],
+      controllers: [PageController, CatalogueController, StatsController],
       providers: [
         { provide: DEMO_CONFIG, useValue: config },
         {
