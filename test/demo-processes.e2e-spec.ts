@@ -64,6 +64,29 @@ describe('the demo on three processes', () => {
   });
 });
 
+describe('the built demo without REDIS_URL (what npm start runs)', () => {
+  it('starts on the memory store, says that locks are process-local, and serves products', async () => {
+    const port = await freePort();
+    const env: NodeJS.ProcessEnv = { ...process.env, PORT: String(port) };
+    delete env.REDIS_URL;
+    const demo = spawn(process.execPath, [DEMO_MAIN], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    demo.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    try {
+      await waitUntilAnswering(`http://127.0.0.1:${port}`);
+      const response = await fetch(`http://127.0.0.1:${port}/products/1`);
+
+      expect(response.status).toBe(200);
+      expect(await response.json()).toMatchObject({ id: 1, name: 'Product 1' });
+      expect(output).toContain('locks are process-local');
+    } finally {
+      const exited = once(demo, 'exit');
+      demo.kill('SIGTERM');
+      await exited;
+    }
+  });
+});
+
 async function waitUntilAnswering(url: string): Promise<void> {
   const deadline = Date.now() + 20_000;
   while (Date.now() < deadline) {
