@@ -34,8 +34,9 @@ export class ProductsService {
 
     // Step 2: a miss. Take the lock on this product: one request loads it, the others wait here.
     const lock = await this.locks.lock(`product:${id}`);
-    if (lock.elapsed > 0) await this.storage.increment('lockWaits');
     try {
+      if (lock.elapsed > 0) await this.storage.increment('lockWaits');
+
       // Step 3: read the cache again. The request that held the lock before us may have filled it.
       const filled = await this.storage.getCached(`product:${id}`);
       if (filled !== undefined) return parse(filled);
