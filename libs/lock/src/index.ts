@@ -6,6 +6,7 @@ export {
   LockTimeoutError,
   SemaphoreTimeoutError,
 } from './lock.errors.js';
+export { LocalSemaphore } from './local-semaphore.js';
 export { LockModule } from './lock.module.js';
 export type {
   LeaseDefaults,
@@ -13,6 +14,7 @@ export type {
   LockModuleOptions,
   LockOptions,
   ResolvedModuleOptions,
+  SemaphoreOptions,
 } from './lock.options.js';
 export { DEFAULT_LEASE } from './lock.options.js';
 export { type Lock, LockService } from './lock.service.js';
