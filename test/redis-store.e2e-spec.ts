@@ -271,6 +271,20 @@ describe('LockModule connections', () => {
     await expect(app.locks.isLocked('k')).rejects.toBeInstanceOf(LockBackendError);
   });
 
+  it('closes within the command timeout when Redis is frozen at shutdown', async () => {
+    const app = await bootLockModule({ redis: server.url, commandTimeout: 300 });
+    expect(await app.locks.isLocked('k')).toBe(false);
+    server.pause();
+    try {
+      const started = performance.now();
+      await app.module.close();
+      expect(performance.now() - started).toBeLessThan(300 + 1_000);
+    } finally {
+      server.resume();
+    }
+    expect(await clientCount()).toBe(0);
+  });
+
   it('leaves a client passed in by the user open', async () => {
     const client = new Redis(server.url);
     await once(client, 'ready');

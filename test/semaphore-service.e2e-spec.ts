@@ -185,6 +185,28 @@ describe.each(STORE_KINDS)('SemaphoreService on the %s store', (kind) => {
     });
   });
 
+  describe('local semaphores', () => {
+    it('keep one LocalSemaphore per name, and refuse a second limit for the same name', () => {
+      const name = uniqueKey('local');
+      const semaphore = app().semaphores.local(name, 2);
+
+      expect(app().semaphores.local(name, 2)).toBe(semaphore);
+      expect(() => app().semaphores.local(name, 3)).toThrow(InvalidArgumentError);
+    });
+
+    it('reject acquireLocal with SEMAPHORE_TIMEOUT when none is free, and take one back once on release', async () => {
+      const name = uniqueKey('local');
+      const permit = await app().semaphores.acquireLocal(name, 1, { timeout: 0 });
+
+      await expect(app().semaphores.acquireLocal(name, 1, { timeout: 0 })).rejects.toBeInstanceOf(
+        SemaphoreTimeoutError,
+      );
+      expect(await permit.release()).toBe(true);
+      expect(await permit.release()).toBe(false);
+      expect(app().semaphores.local(name, 1).count()).toBe(1);
+    });
+  });
+
   describe('bad input', () => {
     const calls: [string, () => Promise<unknown>][] = [
       ["name ''", () => app().semaphores.acquire('', 1)],

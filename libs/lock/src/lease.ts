@@ -1,4 +1,6 @@
+import { Logger } from '@nestjs/common';
 import { randomBytes } from 'node:crypto';
+import { errorMessage } from './lock.errors.js';
 import {
   type LeaseDefaults,
   type LeaseOptions,
@@ -9,6 +11,13 @@ import {
 } from './lock.options.js';
 import type { LeaseKind, LockStore } from './store/store.js';
 import { type Pause, sleep, waitForLease } from './wait-for-lease.js';
+
+const logger = new Logger('nest-lock');
+
+/** A failed release is logged, never thrown over the caller's result or error: the lease runs out on its own. */
+export function warnReleaseFailed(subject: string, error: unknown): void {
+  logger.warn(`Could not release ${subject} (${errorMessage(error)}); its lease will expire on its own`);
+}
 
 /** What a held lock and a held permit have in common: a token, a lease, and one release. */
 export abstract class HeldLease {
@@ -21,7 +30,6 @@ export abstract class HeldLease {
     /** Milliseconds spent waiting before the lease was granted (exactly 0 when it was free). */
     readonly elapsed: number,
     private readonly ttl: number,
-    private readonly onDisposeFailure: (error: unknown) => void,
   ) {}
 
   /** `false` once released through this object. */
@@ -36,9 +44,13 @@ export abstract class HeldLease {
     return this.renew(ttl);
   }
 
+  /** Releases, logging a failure instead of throwing it (withLock, withPermit, `await using`). */
+  async releaseQuietly(): Promise<void> {
+    await this.releaseOnce().catch((error: unknown) => warnReleaseFailed(this.subject, error));
+  }
+
   async [Symbol.asyncDispose](): Promise<void> {
-    // A failed release must not replace the block's own result or error: the lease expires anyway.
-    await this.releaseOnce().catch(this.onDisposeFailure);
+    await this.releaseQuietly();
   }
 
   /** `true`: given back by us; `false`: no longer ours (expired or taken), or already released. */
@@ -49,6 +61,8 @@ export abstract class HeldLease {
     return released;
   }
 
+  /** What is held, for log messages, e.g. `lock "order:42"`. */
+  protected abstract get subject(): string;
   protected abstract giveBack(): Promise<boolean>;
   protected abstract renew(ttl: number): Promise<boolean>;
 }

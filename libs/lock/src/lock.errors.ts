@@ -1,3 +1,8 @@
+/** The message of anything thrown, for logs and wrapped errors. */
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
+
 /** Base class of every error nest-lock raises; `code` is stable, the message is for humans. */
 export abstract class LockError extends Error {
   abstract readonly code: string;

@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { registerLiveService, unregisterLiveService } from './decorators/live-services.js';
 import { acquireLease, HeldLease, type LeaseGrant } from './lease.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
@@ -24,8 +24,6 @@ export interface Lock {
 
 @Injectable()
 export class LockService implements OnModuleDestroy {
-  private readonly logger = new Logger(LockService.name);
-
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
@@ -64,7 +62,7 @@ export class LockService implements OnModuleDestroy {
     try {
       return await runHolding('lock', key, lock, () => fn(lock));
     } finally {
-      await lock.unlock().catch((error: unknown) => this.logUnlockFailure(key, error));
+      await lock.releaseQuietly();
     }
   }
 
@@ -103,12 +101,7 @@ export class LockService implements OnModuleDestroy {
       release: (token) => this.store.releaseLock(key, token),
     });
     if (!('token' in grant)) return grant;
-    return new HeldLock(this.store, key, grant, (error) => this.logUnlockFailure(key, error));
-  }
-
-  private logUnlockFailure(key: string, error: unknown): void {
-    const reason = error instanceof Error ? error.message : String(error);
-    this.logger.warn(`Could not unlock "${key}" (${reason}); its lease will expire on its own`);
+    return new HeldLock(this.store, key, grant);
   }
 }
 
@@ -117,9 +110,12 @@ export class HeldLock extends HeldLease implements Lock {
     private readonly store: LockStore,
     readonly key: string,
     grant: LeaseGrant,
-    onDisposeFailure: (error: unknown) => void,
   ) {
-    super(grant.token, grant.elapsed, grant.ttl, onDisposeFailure);
+    super(grant.token, grant.elapsed, grant.ttl);
+  }
+
+  protected get subject(): string {
+    return `lock "${this.key}"`;
   }
 
   unlock(): Promise<boolean> {

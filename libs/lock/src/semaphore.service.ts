@@ -1,4 +1,4 @@
-import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { registerLiveService, unregisterLiveService } from './decorators/live-services.js';
 import { acquireLease, HeldLease, type LeaseGrant } from './lease.js';
 import { LocalSemaphore } from './local-semaphore.js';
@@ -35,7 +35,6 @@ export interface Permit {
  */
 @Injectable()
 export class SemaphoreService implements OnModuleDestroy {
-  private readonly logger = new Logger(SemaphoreService.name);
   private readonly localSemaphores = new Map<string, { limit: number; semaphore: LocalSemaphore }>();
 
   constructor(
@@ -81,7 +80,7 @@ export class SemaphoreService implements OnModuleDestroy {
     try {
       return await runHolding('semaphore', name, permit, () => fn(permit));
     } finally {
-      await permit.release().catch((error: unknown) => this.logReleaseFailure(name, error));
+      await permit.releaseQuietly();
     }
   }
 
@@ -143,12 +142,7 @@ export class SemaphoreService implements OnModuleDestroy {
       release: (token) => this.store.releasePermit(name, token),
     });
     if (!('token' in grant)) return grant;
-    return new HeldPermit(this.store, name, grant, (error) => this.logReleaseFailure(name, error));
-  }
-
-  private logReleaseFailure(name: string, error: unknown): void {
-    const reason = error instanceof Error ? error.message : String(error);
-    this.logger.warn(`Could not release a permit of "${name}" (${reason}); its lease will expire on its own`);
+    return new HeldPermit(this.store, name, grant);
   }
 }
 
@@ -157,9 +151,12 @@ export class HeldPermit extends HeldLease implements Permit {
     private readonly store: LockStore,
     readonly name: string,
     grant: LeaseGrant,
-    onDisposeFailure: (error: unknown) => void,
   ) {
-    super(grant.token, grant.elapsed, grant.ttl, onDisposeFailure);
+    super(grant.token, grant.elapsed, grant.ttl);
+  }
+
+  protected get subject(): string {
+    return `a permit of "${this.name}"`;
   }
 
   release(): Promise<boolean> {

@@ -1,5 +1,6 @@
-import { Inject, Logger, UseInterceptors } from '@nestjs/common';
+import { Inject, UseInterceptors } from '@nestjs/common';
 import { defer, from, isObservable, Observable, type ObservableInput } from 'rxjs';
+import { warnReleaseFailed } from '../lease.js';
 import { type ChainLease, type ChainLeaseKind, leaseHeldByChain, runHolding } from '../lock.context.js';
 import { LockInterceptor } from '../lock.interceptor.js';
 import { markRaisedByDecorator } from './decorator-errors.js';
@@ -35,8 +36,6 @@ export interface GuardedMethodDefinition<S, L extends ChainLease> {
   /** Builds the guard of one call; runs before anything is acquired, so its errors reject the call. */
   guardFor(service: S, args: unknown[]): MethodGuard<L>;
 }
-
-const logger = new Logger('nest-lock');
 
 /**
  * Replaces a method, when its class is defined, by a wrapper that holds a lock or permit
@@ -162,9 +161,8 @@ async function releaseQuietly<L extends ChainLease>(guard: MethodGuard<L>, lease
   try {
     await guard.release(lease);
   } catch (error) {
-    // The method's own result or error stands; the lease runs out by itself.
-    const reason = error instanceof Error ? error.message : String(error);
-    logger.warn(`Could not release "${guard.id}" (${reason}); its lease will expire on its own`);
+    // The method's own result or error stands.
+    warnReleaseFailed(`"${guard.id}"`, error);
   }
 }
 

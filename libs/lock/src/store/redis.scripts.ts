@@ -71,6 +71,10 @@ const serverNowMs = `
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 `;
+const expireWithLastLease = `
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', KEYS[1], last[2])
+`;
 
 /**
  * Drops expired permits, then adds `token` if fewer than `limit` remain (or renews it if it is
@@ -87,8 +91,7 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >
   return 0
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+${expireWithLastLease}
 return 1
 `,
 );
@@ -126,8 +129,7 @@ if not deadline or tonumber(deadline) <= now then
   return 0
 end
 redis.call('ZADD', KEYS[1], 'XX', now + tonumber(ARGV[2]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+${expireWithLastLease}
 return 1
 `,
 );

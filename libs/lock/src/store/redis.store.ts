@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import { LockBackendError } from '../lock.errors.js';
+import { errorMessage, LockBackendError } from '../lock.errors.js';
 import {
   acquireLockScript,
   acquirePermitScript,
@@ -109,8 +109,9 @@ export class RedisStore implements LockStore {
       return await this.withTimeout(command(), operation, key);
     } catch (error) {
       if (error instanceof LockBackendError) throw error;
-      const reason = error instanceof Error ? error.message : String(error);
-      throw new LockBackendError(`Redis ${operation} failed for "${key}": ${reason}`, key, { cause: error });
+      throw new LockBackendError(`Redis ${operation} failed for "${key}": ${errorMessage(error)}`, key, {
+        cause: error,
+      });
     }
   }
 
