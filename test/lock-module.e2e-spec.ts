@@ -78,7 +78,14 @@ describe('LockModule', () => {
     }).compile();
 
     const options = module.get<ResolvedModuleOptions>(LOCK_OPTIONS);
-    expect(options.defaults).toEqual({ ttl: 12_345, timeout: 5_000, step: 1, ratio: 2, maxStep: 500 });
+    expect(options.defaults).toEqual({
+      ttl: 12_345,
+      timeout: 5_000,
+      step: 1,
+      ratio: 2,
+      maxStep: 500,
+      autoExtend: true,
+    });
     expect(options.keyPrefix).toBe('app:');
     const lock = await module.get(LockService).lock('order:1');
     expect(await lock.unlock()).toBe(true);

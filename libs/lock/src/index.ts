@@ -3,6 +3,7 @@ export {
   InvalidArgumentError,
   LockBackendError,
   LockError,
+  LockLostError,
   LockTimeoutError,
   SemaphoreTimeoutError,
 } from './lock.errors.js';
@@ -17,11 +18,11 @@ export type {
   SemaphoreOptions,
 } from './lock.options.js';
 export { DEFAULT_LEASE } from './lock.options.js';
-export { type Lock, LockService } from './lock.service.js';
-export { LocalPermit, type Permit, SemaphoreService } from './semaphore.service.js';
+export { currentLock, type Lock, LockService } from './lock.service.js';
+export { currentPermit, LocalPermit, type Permit, SemaphoreService } from './semaphore.service.js';
 export { MemoryStore } from './store/memory.store.js';
 export { RedisStore, type RedisStoreOptions } from './store/redis.store.js';
-export { LockStore } from './store/store.js';
+export { type LeaseKind, type LeaseRenewal, LockStore } from './store/store.js';
 export { WithLock } from './decorators/with-lock.decorator.js';
 export { Semaphore, type SemaphoreDecoratorOptions } from './decorators/semaphore.decorator.js';
 export type { KeyTemplate } from './decorators/key-template.js';

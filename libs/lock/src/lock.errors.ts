@@ -54,16 +54,51 @@ export class InvalidArgumentError extends LockError {
   }
 }
 
-/** The store (Redis) could not be reached or did not answer in time. */
+/**
+ * The store failed. `BACKEND_UNAVAILABLE`: Redis could not be reached, did not answer in time, or
+ * answered with an error that passes (a failover, a load); waits retry it until their deadline.
+ * `BACKEND_ERROR`: Redis answered with an error that retrying cannot fix (`WRONGTYPE`, `NOPERM`,
+ * a script error); raised at once.
+ */
 export class LockBackendError extends LockError {
-  readonly code = 'BACKEND_UNAVAILABLE';
+  readonly code: 'BACKEND_UNAVAILABLE' | 'BACKEND_ERROR';
 
   constructor(
     message: string,
     /** The lock key or semaphore name of the operation that failed. */
     readonly key?: string,
-    options?: ErrorOptions,
+    options?: ErrorOptions & { code?: LockBackendError['code'] },
   ) {
     super(message, options);
+    this.code = options?.code ?? 'BACKEND_UNAVAILABLE';
+  }
+
+  /** Whether trying again later may succeed. */
+  get transient(): boolean {
+    return this.code === 'BACKEND_UNAVAILABLE';
+  }
+}
+
+/**
+ * A held lease was lost: its renewal found it gone or taken by another owner (`taken`), or its
+ * deadline passed before it could be renewed (`expired`). The lease's `signal` aborts with it.
+ */
+export class LockLostError extends LockError {
+  readonly code = 'LOCK_LOST';
+
+  constructor(
+    readonly kind: 'lock' | 'semaphore',
+    /** The lock key or semaphore name. */
+    readonly key: string,
+    readonly token: string,
+    readonly fence: number,
+    readonly reason: 'taken' | 'expired',
+  ) {
+    const what = kind === 'lock' ? `The lock "${key}"` : `A permit of semaphore "${key}"`;
+    const why =
+      reason === 'taken'
+        ? 'its renewal found it gone or held by another owner'
+        : 'its lease ran out before it could be renewed';
+    super(`${what} was lost (fence ${fence}): ${why}`);
   }
 }

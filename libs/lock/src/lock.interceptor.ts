@@ -9,7 +9,7 @@ import {
   ServiceUnavailableException,
 } from '@nestjs/common';
 import { catchError, type Observable, throwError } from 'rxjs';
-import { isRaisedByDecorator } from './decorators/decorator-errors.js';
+import { isRaisedByDecorator } from './decorator-errors.js';
 import { InvalidArgumentError, LockTimeoutError, SemaphoreTimeoutError } from './lock.errors.js';
 
 /** Seconds a client is asked to wait before it tries a full semaphore again. */

@@ -1,4 +1,5 @@
 import { type DynamicModule, Inject, Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { Watchdog } from './lease/watchdog.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS, type OPTIONS_TYPE } from './lock.module-definition.js';
 import {
@@ -24,13 +25,21 @@ const logger = new Logger('LockModule');
       inject: [LOCK_MODULE_OPTIONS],
     },
     { provide: LockStore, useFactory: createStore, inject: [LOCK_OPTIONS] },
+    {
+      provide: Watchdog,
+      useFactory: (store: LockStore, options: ResolvedModuleOptions) => new Watchdog(store, options.onLockLost),
+      inject: [LockStore, LOCK_OPTIONS],
+    },
     LockService,
     SemaphoreService,
   ],
   exports: [LockService, SemaphoreService, LockStore, LOCK_OPTIONS],
 })
 export class LockModule extends ConfigurableModuleClass implements OnApplicationShutdown {
-  constructor(@Inject(LockStore) private readonly store: LockStore) {
+  constructor(
+    @Inject(LockStore) private readonly store: LockStore,
+    @Inject(Watchdog) private readonly watchdog: Watchdog,
+  ) {
     super();
   }
 
@@ -41,6 +50,7 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
 
   /** After every module's onModuleDestroy, so that those may still release their locks. */
   async onApplicationShutdown(): Promise<void> {
+    this.watchdog.close();
     await this.store.close();
   }
 }

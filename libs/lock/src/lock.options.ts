@@ -1,5 +1,11 @@
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
-import { InvalidArgumentError } from './lock.errors.js';
+import { InvalidArgumentError, type LockLostError } from './lock.errors.js';
+
+/**
+ * The longest duration any option takes: Node's timers overflow above it (and fire at once),
+ * so a longer lease on the memory store would be freed after ~1 ms.
+ */
+export const LONGEST_DURATION = 2 ** 31 - 1;
 
 /** How long a lease lasts and how a caller waits for one. All durations in milliseconds. */
 export interface LeaseDefaults {
@@ -19,6 +25,12 @@ export interface LeaseDefaults {
 export interface LeaseOptions extends Partial<LeaseDefaults> {
   /** Aborting it ends the wait; the call rejects with the signal's reason. */
   signal?: AbortSignal;
+  /**
+   * Renew the lease every `ttl / 3` while it is held. Default: the module's `defaults.autoExtend`
+   * (`true`) for `withLock`, `withPermit` and the decorators; `false` for a bare `lock()` /
+   * `acquire()`, which nobody may ever release.
+   */
+  autoExtend?: boolean;
 }
 
 export type SemaphoreOptions = LeaseOptions;
@@ -38,12 +50,21 @@ export interface LockModuleOptions {
   /** Prefix of every Redis key the library writes. */
   keyPrefix?: string;
   /** Defaults of every lock and permit; each call may override them. */
-  defaults?: Partial<LeaseDefaults>;
+  defaults?: Partial<LeaseDefaults> & {
+    /** Whether `withLock`, `withPermit` and the decorators renew their lease while they run (default `true`). */
+    autoExtend?: boolean;
+  };
   /**
    * Longest time one store command may take before it fails with `LockBackendError`,
    * so that a stopped or unreachable Redis never makes a caller hang.
    */
   commandTimeout?: number;
+  /**
+   * Told once about every lease lost while it was being renewed or held by `withLock`,
+   * `withPermit` or a decorator (renewal found it gone or taken, or could not renew it in
+   * time). It is logged as well; what the hook throws is logged, never rethrown.
+   */
+  onLockLost?: (error: LockLostError) => void;
 }
 
 export const DEFAULT_LEASE: Readonly<LeaseDefaults> = Object.freeze({
@@ -56,24 +77,37 @@ export const DEFAULT_LEASE: Readonly<LeaseDefaults> = Object.freeze({
 
 export const DEFAULT_KEY_PREFIX = 'lock:';
 export const DEFAULT_COMMAND_TIMEOUT = 1_000;
+export const DEFAULT_AUTO_EXTEND = true;
 
 /** Module options after validation, with every default filled in. */
 export interface ResolvedModuleOptions {
   redis?: LockModuleOptions['redis'];
   keyPrefix: string;
-  defaults: Readonly<LeaseDefaults>;
+  defaults: Readonly<LeaseDefaults & { autoExtend: boolean }>;
   commandTimeout: number;
+  onLockLost?: (error: LockLostError) => void;
 }
 
-const MODULE_OPTION_NAMES = new Set(['redis', 'keyPrefix', 'defaults', 'commandTimeout']);
-const LEASE_OPTION_NAMES = new Set(Object.keys(DEFAULT_LEASE));
+const MODULE_OPTION_NAMES = new Set(['redis', 'keyPrefix', 'defaults', 'commandTimeout', 'onLockLost']);
+const DEFAULTS_OPTION_NAMES = new Set([...Object.keys(DEFAULT_LEASE), 'autoExtend']);
+/** The option names each kind of call accepts; anything else is a misspelling and refused. */
+export const OPTION_NAMES = {
+  semaphore: new Set([...DEFAULTS_OPTION_NAMES, 'signal']),
+  lock: new Set([...DEFAULTS_OPTION_NAMES, 'signal', 'token']),
+} as const;
 
 export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedModuleOptions {
   if (!isPlainObject(options)) {
     throw new InvalidArgumentError('options', 'LockModule options must be an object');
   }
   rejectUnknownNames('', options, MODULE_OPTION_NAMES);
-  const { redis, keyPrefix = DEFAULT_KEY_PREFIX, defaults = {}, commandTimeout = DEFAULT_COMMAND_TIMEOUT } = options;
+  const {
+    redis,
+    keyPrefix = DEFAULT_KEY_PREFIX,
+    defaults = {},
+    commandTimeout = DEFAULT_COMMAND_TIMEOUT,
+    onLockLost,
+  } = options;
 
   if (redis !== undefined) {
     validateRedisOption(redis);
@@ -85,13 +119,47 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   if (!isPlainObject(defaults)) {
     throw new InvalidArgumentError('defaults', 'must be an object');
   }
-  rejectUnknownNames('defaults.', defaults, LEASE_OPTION_NAMES);
+  rejectUnknownNames('defaults.', defaults, DEFAULTS_OPTION_NAMES);
+  if (onLockLost !== undefined && typeof onLockLost !== 'function') {
+    throw new InvalidArgumentError('onLockLost', `must be a function, got ${describe(onLockLost)}`);
+  }
   return {
     redis,
     keyPrefix,
-    defaults: Object.freeze(resolveLease(DEFAULT_LEASE, defaults, 'defaults.')),
-    commandTimeout: positive('commandTimeout', commandTimeout),
+    defaults: Object.freeze({
+      ...resolveLease(DEFAULT_LEASE, defaults, 'defaults.'),
+      autoExtend: validateAutoExtend(defaults.autoExtend, 'defaults.autoExtend') ?? DEFAULT_AUTO_EXTEND,
+    }),
+    commandTimeout: duration('commandTimeout', commandTimeout),
+    ...(onLockLost ? { onLockLost } : {}),
   };
+}
+
+/**
+ * Checks the options of one call (or of a decorator, when its class is defined): no unknown
+ * names, and every value in range.
+ */
+export function validateCallOptions(
+  kind: keyof typeof OPTION_NAMES,
+  options: unknown,
+  extraNames: readonly string[] = [],
+): void {
+  if (!isPlainObject(options)) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  rejectUnknownNames('', options as object, new Set([...OPTION_NAMES[kind], ...extraNames]));
+  const { signal, token, autoExtend } = options as LockOptions;
+  resolveLease(DEFAULT_LEASE, options as LeaseOptions);
+  validateSignal(signal);
+  if (token !== undefined) validateKey('token', token);
+  validateAutoExtend(autoExtend, 'autoExtend');
+}
+
+export function validateAutoExtend(value: unknown, argument: string): boolean | undefined {
+  if (value !== undefined && typeof value !== 'boolean') {
+    throw new InvalidArgumentError(argument, `must be true or false, got ${describe(value)}`);
+  }
+  return value;
 }
 
 /** Merges per-call options over the module defaults, validating what the caller passed. */
@@ -104,17 +172,24 @@ export function resolveLease(
     throw new InvalidArgumentError('options', 'must be an object');
   }
   return {
-    ttl: positive(`${namePrefix}ttl`, options.ttl ?? defaults.ttl),
-    timeout: nonNegative(`${namePrefix}timeout`, options.timeout ?? defaults.timeout),
-    step: positive(`${namePrefix}step`, options.step ?? defaults.step),
+    ttl: duration(`${namePrefix}ttl`, options.ttl ?? defaults.ttl),
+    timeout: duration(`${namePrefix}timeout`, options.timeout ?? defaults.timeout, 0),
+    step: duration(`${namePrefix}step`, options.step ?? defaults.step),
     ratio: atLeastOne(`${namePrefix}ratio`, options.ratio ?? defaults.ratio),
-    maxStep: positive(`${namePrefix}maxStep`, options.maxStep ?? defaults.maxStep),
+    maxStep: duration(`${namePrefix}maxStep`, options.maxStep ?? defaults.maxStep),
   };
 }
 
+/** A lone surrogate: two different ones encode to the same bytes (U+FFFD) in Redis, so their keys would collide. */
+const LONE_SURROGATE = /\p{Surrogate}/u;
+
+/** A key, semaphore name or owner token: a non-empty, well-formed Unicode string. */
 export function validateKey(argument: string, key: unknown): string {
   if (typeof key !== 'string' || key.length === 0) {
     throw new InvalidArgumentError(argument, `must be a non-empty string, got ${describe(key)}`);
+  }
+  if (LONE_SURROGATE.test(key)) {
+    throw new InvalidArgumentError(argument, 'must be well-formed Unicode (it holds a lone surrogate)');
   }
   return key;
 }
@@ -126,16 +201,15 @@ export function validateSignal(signal: unknown): AbortSignal | undefined {
   return signal;
 }
 
-export function positive(argument: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw new InvalidArgumentError(argument, `must be a finite number > 0, got ${describe(value)}`);
-  }
-  return value;
-}
-
-function nonNegative(argument: string, value: unknown): number {
-  if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
-    throw new InvalidArgumentError(argument, `must be a finite number ≥ 0, got ${describe(value)}`);
+/** A duration in ms: > 0 (or ≥ `min`) and at most `LONGEST_DURATION`. */
+export function duration(argument: string, value: unknown, min?: 0): number {
+  const inRange = typeof value === 'number' && (min === 0 ? value >= 0 : value > 0) && value <= LONGEST_DURATION;
+  if (!inRange) {
+    const lower = min === 0 ? '≥ 0' : '> 0';
+    throw new InvalidArgumentError(
+      argument,
+      `must be a number of ms ${lower} and ≤ ${LONGEST_DURATION}, got ${describe(value)}`,
+    );
   }
   return value;
 }

@@ -1,19 +1,37 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { registerLiveService, unregisterLiveService } from './decorators/live-services.js';
-import { acquireLease, HeldLease, type LeaseGrant } from './lease.js';
+import { acquireLease } from './lease/acquire-lease.js';
+import { HeldLease, type KeepPolicy, keepPolicy } from './lease/held-lease.js';
+import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
+import { Watchdog } from './lease/watchdog.js';
+import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
-import { leaseHeldByChain, runHolding } from './lock.context.js';
 import { LockTimeoutError } from './lock.errors.js';
-import { type LockOptions, positive, type ResolvedModuleOptions, validateKey } from './lock.options.js';
+import {
+  duration,
+  type LockOptions,
+  type ResolvedModuleOptions,
+  validateCallOptions,
+  validateKey,
+} from './lock.options.js';
 import { LockStore } from './store/store.js';
 
-/** A held lock. Its lease runs out after `ttl` unless it is renewed with `expire()`. */
+/** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Lock {
   readonly key: string;
   /** Owner token: 128 random bits, fresh for every acquisition, unless the caller supplied one. */
   readonly token: string;
   /** Milliseconds spent waiting before the lock was acquired (exactly 0 when it was free). */
   readonly elapsed: number;
+  /**
+   * Strictly greater than the fence of every earlier acquisition of this key, by any owner in
+   * any process: a protected resource that refuses writes with a fence lower than the highest it
+   * has seen refuses the late writes of a holder that lost its lease.
+   */
+  readonly fence: number;
+  /** Aborted with a `LockLostError` once the lease is known to be lost; never by `unlock()`. */
+  readonly signal: AbortSignal;
+  /** Milliseconds the lease is still guaranteed to be ours (0 once unlocked or lost). */
+  readonly validity: number;
   /** `true`: released by us; `false`: no longer ours (expired or taken). Never deletes another owner's lock. */
   unlock(): Promise<boolean>;
   /** Resets the remaining lease to `ttl` (default: the ttl it was taken with); `false` if no longer ours. */
@@ -27,6 +45,7 @@ export class LockService implements OnModuleDestroy {
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
+    @Inject(Watchdog) private readonly watchdog: Watchdog,
   ) {
     // Lets decorated methods of instances Nest built by a factory find this service.
     registerLiveService(LockService, this);
@@ -36,34 +55,45 @@ export class LockService implements OnModuleDestroy {
     unregisterLiveService(LockService, this);
   }
 
-  /** Waits up to `timeout` for `key`; rejects with `LockTimeoutError` when it stays taken. */
-  lock(key: string, options: LockOptions = {}): Promise<Lock> {
-    return this.acquireOrThrow(key, options);
+  /**
+   * Waits up to `timeout` for `key`; rejects with `LockTimeoutError` when it stays taken. The lease
+   * is renewed only with `autoExtend: true`: a lock nobody unlocks must still run out.
+   */
+  async lock(key: string, options: LockOptions = {}): Promise<Lock> {
+    return this.acquireOrThrow(key, options, this.keep(options, false));
   }
 
   /** Exactly one attempt: the lock, or `null` when `key` is taken. */
   async tryLock(key: string, options: LockOptions = {}): Promise<Lock | null> {
-    const lock = await this.acquire(key, { ...options, timeout: 0 });
+    validateCallOptions('lock', options);
+    const lock = await this.acquire(key, { ...options, timeout: 0 }, this.keep(options, false));
     return lock instanceof HeldLock ? lock : null;
   }
 
   /**
-   * Runs `fn` under the lock and unlocks afterwards, whatever `fn` did. A failure to
-   * unlock is logged, never thrown over `fn`'s result or error: the lease expires anyway.
-   * Reentrant: inside a call chain that already holds `key` through `withLock` (or
-   * `@WithLock`), `fn` runs at once with that lock.
+   * Runs `fn` under the lock and unlocks afterwards, whatever `fn` did. The lease is renewed while
+   * `fn` runs (`autoExtend`, default on). A failure to unlock is logged, never thrown over `fn`'s
+   * result or error. If the lease is lost meanwhile, `lock.signal` aborts and `onLockLost` is told;
+   * `withLock` still returns what `fn` returned: stop early by watching the signal.
+   *
+   * Reentrant: inside a call chain that holds `key` through `withLock` (or `@WithLock`), `fn` joins
+   * that lock; the lock is given back when the last holder of the chain is done.
    */
   async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options: LockOptions = {}): Promise<T> {
     validateKey('key', key);
-    const held = leaseHeldByChain('lock', key);
-    if (held instanceof HeldLock) return fn(held);
+    validateCallOptions('lock', options);
+    return holdDuring({ kind: 'lock', id: key }, () => this.acquireOrThrow(key, options, this.keep(options, true)), fn);
+  }
 
-    const lock = await this.acquireOrThrow(key, options);
-    try {
-      return await runHolding('lock', key, lock, () => fn(lock));
-    } finally {
-      await lock.releaseQuietly();
-    }
+  /**
+   * Joins the lock the call chain holds on `key`, or waits for it, as a holder that must `leave()`;
+   * what `withLock` and `@WithLock` are made of.
+   * @internal
+   */
+  async enter(key: string, options: LockOptions = {}): Promise<HoldTicket<HeldLock>> {
+    validateKey('key', key);
+    validateCallOptions('lock', options);
+    return enterHold({ kind: 'lock', id: key }, () => this.acquireOrThrow(key, options, this.keep(options, true)));
   }
 
   /** Releases `key` if `token` holds it (e.g. a token handed over from another process). */
@@ -77,7 +107,7 @@ export class LockService implements OnModuleDestroy {
   async expire(key: string, token: string, ttl: number): Promise<boolean> {
     validateKey('key', key);
     validateKey('token', token);
-    positive('ttl', ttl);
+    duration('ttl', ttl);
     return this.store.extendLock(key, token, ttl);
   }
 
@@ -86,13 +116,18 @@ export class LockService implements OnModuleDestroy {
     return this.store.isLocked(key);
   }
 
-  private async acquireOrThrow(key: string, options: LockOptions): Promise<HeldLock> {
-    const lock = await this.acquire(key, options);
+  private keep(options: LockOptions, scoped: boolean): KeepPolicy {
+    return keepPolicy(scoped, options.autoExtend, this.options.defaults.autoExtend);
+  }
+
+  private async acquireOrThrow(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock> {
+    const lock = await this.acquire(key, options, keep);
     if (lock instanceof HeldLock) return lock;
     throw new LockTimeoutError(key, lock.waited);
   }
 
-  private async acquire(key: string, options: LockOptions): Promise<HeldLock | { waited: number }> {
+  private async acquire(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock | { waited: number }> {
+    validateKey('key', key);
     const grant = await acquireLease(this.store, this.options.defaults, {
       kind: 'lock',
       id: key,
@@ -101,32 +136,25 @@ export class LockService implements OnModuleDestroy {
       release: (token) => this.store.releaseLock(key, token),
     });
     if (!('token' in grant)) return grant;
-    return new HeldLock(this.store, key, grant);
+    return new HeldLock('lock', key, grant, this.store, this.watchdog, keep);
   }
 }
 
 export class HeldLock extends HeldLease implements Lock {
-  constructor(
-    private readonly store: LockStore,
-    readonly key: string,
-    grant: LeaseGrant,
-  ) {
-    super(grant.token, grant.elapsed, grant.ttl);
-  }
-
-  protected get subject(): string {
-    return `lock "${this.key}"`;
+  get key(): string {
+    return this.id;
   }
 
   unlock(): Promise<boolean> {
-    return this.releaseOnce();
+    return this.release();
   }
+}
 
-  protected giveBack(): Promise<boolean> {
-    return this.store.releaseLock(this.key, this.token);
-  }
-
-  protected renew(ttl: number): Promise<boolean> {
-    return this.store.extendLock(this.key, this.token, ttl);
-  }
+/**
+ * The lock the current async call chain holds through `withLock` or `@WithLock`: on `key`, or
+ * with no key the innermost one. For decorated methods, which are not handed their lock.
+ */
+export function currentLock(key?: string): Lock | undefined {
+  const lease = leaseOfChain('lock', key);
+  return lease instanceof HeldLock ? lease : undefined;
 }

@@ -1,26 +1,35 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { registerLiveService, unregisterLiveService } from './decorators/live-services.js';
-import { acquireLease, HeldLease, type LeaseGrant } from './lease.js';
+import { acquireLease } from './lease/acquire-lease.js';
+import { HeldLease, type KeepPolicy, keepPolicy } from './lease/held-lease.js';
+import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
+import { Watchdog } from './lease/watchdog.js';
+import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { LocalSemaphore } from './local-semaphore.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
-import { leaseHeldByChain, runHolding } from './lock.context.js';
 import { InvalidArgumentError, SemaphoreTimeoutError } from './lock.errors.js';
 import {
   resolveLease,
   type ResolvedModuleOptions,
   type SemaphoreOptions,
+  validateCallOptions,
   validateKey,
   validateLimit,
 } from './lock.options.js';
 import { LockStore } from './store/store.js';
 
-/** A held permit of a semaphore. Its lease runs out after `ttl` unless it is renewed with `expire()`. */
+/** A held permit of a semaphore. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Permit {
   readonly name: string;
   /** 128 random bits, fresh for every acquisition. */
   readonly token: string;
   /** Milliseconds spent waiting before the permit was granted (exactly 0 when one was free). */
   readonly elapsed: number;
+  /** Strictly greater than the fence of every earlier permit of this semaphore, as `Lock.fence`. */
+  readonly fence: number;
+  /** Aborted with a `LockLostError` once the lease is known to be lost; never by `release()`. */
+  readonly signal: AbortSignal;
+  /** Milliseconds the lease is still guaranteed to be ours (0 once released or lost). */
+  readonly validity: number;
   /** `true`: given back by us; `false`: no longer ours (its lease ran out), or already released. */
   release(): Promise<boolean>;
   /** Resets the remaining lease to `ttl` (default: the ttl it was taken with); `false` if no longer ours. */
@@ -40,6 +49,7 @@ export class SemaphoreService implements OnModuleDestroy {
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
+    @Inject(Watchdog) private readonly watchdog: Watchdog,
   ) {
     // Lets decorated methods of instances Nest built by a factory find this service.
     registerLiveService(SemaphoreService, this);
@@ -49,21 +59,26 @@ export class SemaphoreService implements OnModuleDestroy {
     unregisterLiveService(SemaphoreService, this);
   }
 
-  /** Waits up to `timeout` for a permit; rejects with `SemaphoreTimeoutError` when none frees up. */
-  acquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit> {
-    return this.takeOrThrow(name, limit, options);
+  /**
+   * Waits up to `timeout` for a permit; rejects with `SemaphoreTimeoutError` when none frees up.
+   * The lease is renewed only with `autoExtend: true`.
+   */
+  async acquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit> {
+    return this.acquireOrThrow(name, limit, options, this.keep(options, false));
   }
 
   /** Exactly one attempt: a permit, or `null` when all `limit` are held. */
   async tryAcquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit | null> {
-    const permit = await this.take(name, limit, { ...options, timeout: 0 });
+    validateCallOptions('semaphore', options);
+    const permit = await this.take(name, limit, { ...options, timeout: 0 }, this.keep(options, false));
     return permit instanceof HeldPermit ? permit : null;
   }
 
   /**
-   * Runs `fn` holding a permit and releases it afterwards, whatever `fn` did; a failure to
-   * release is logged, never thrown over `fn`'s result or error. Reentrant: inside a call
-   * chain that already holds a permit of `name`, `fn` runs at once with that permit.
+   * Runs `fn` holding a permit and releases it afterwards, whatever `fn` did; the lease is renewed
+   * while `fn` runs (`autoExtend`, default on), and a failure to release is logged, never thrown
+   * over `fn`'s result or error. Reentrant like `withLock`: inside a call chain that holds a permit
+   * of `name`, `fn` joins it, and the last holder of the chain gives it back.
    */
   async withPermit<T>(
     name: string,
@@ -71,17 +86,38 @@ export class SemaphoreService implements OnModuleDestroy {
     fn: (permit: Permit) => T | Promise<T>,
     options: SemaphoreOptions = {},
   ): Promise<T> {
-    validateKey('name', name);
-    validateLimit(limit);
-    const held = leaseHeldByChain('semaphore', name);
-    if (held instanceof HeldPermit) return fn(held);
+    this.validate(name, limit, options);
+    return holdDuring(
+      { kind: 'semaphore', id: name },
+      () => this.acquireOrThrow(name, limit, options, this.keep(options, true)),
+      fn,
+    );
+  }
 
-    const permit = await this.takeOrThrow(name, limit, options);
-    try {
-      return await runHolding('semaphore', name, permit, () => fn(permit));
-    } finally {
-      await permit.releaseQuietly();
-    }
+  /**
+   * Joins the permit the call chain holds of `name`, or waits for one, as a holder that must
+   * `leave()`; what `withPermit` and `@Semaphore` are made of.
+   * @internal
+   */
+  async enter(name: string, limit: number, options: SemaphoreOptions = {}): Promise<HoldTicket<HeldPermit>> {
+    this.validate(name, limit, options);
+    return enterHold({ kind: 'semaphore', id: name }, () =>
+      this.acquireOrThrow(name, limit, options, this.keep(options, true)),
+    );
+  }
+
+  /**
+   * Joins the permit of the in-process semaphore `name` the call chain holds, or waits up to
+   * `timeout` for one; what `@Semaphore(limit, { scope: 'local' })` is made of.
+   * @internal
+   */
+  async enterLocal(
+    name: string,
+    limit: number,
+    options: Pick<SemaphoreOptions, 'timeout'> = {},
+  ): Promise<HoldTicket<LocalPermit>> {
+    this.local(name, limit);
+    return enterHold({ kind: 'local-semaphore', id: name }, () => this.acquireLocal(name, limit, options));
   }
 
   /** Permits of `name` held right now (expired leases not counted). */
@@ -125,13 +161,33 @@ export class SemaphoreService implements OnModuleDestroy {
     return existing.semaphore;
   }
 
-  private async takeOrThrow(name: string, limit: number, options: SemaphoreOptions): Promise<HeldPermit> {
-    const permit = await this.take(name, limit, options);
+  private validate(name: string, limit: number, options: SemaphoreOptions): void {
+    validateKey('name', name);
+    validateLimit(limit);
+    validateCallOptions('semaphore', options);
+  }
+
+  private keep(options: SemaphoreOptions, scoped: boolean): KeepPolicy {
+    return keepPolicy(scoped, options.autoExtend, this.options.defaults.autoExtend);
+  }
+
+  private async acquireOrThrow(
+    name: string,
+    limit: number,
+    options: SemaphoreOptions,
+    keep: KeepPolicy,
+  ): Promise<HeldPermit> {
+    const permit = await this.take(name, limit, options, keep);
     if (permit instanceof HeldPermit) return permit;
     throw new SemaphoreTimeoutError(name, limit, permit.waited);
   }
 
-  private async take(name: string, limit: number, options: SemaphoreOptions): Promise<HeldPermit | { waited: number }> {
+  private async take(
+    name: string,
+    limit: number,
+    options: SemaphoreOptions,
+    keep: KeepPolicy,
+  ): Promise<HeldPermit | { waited: number }> {
     validateKey('name', name);
     validateLimit(limit);
     const grant = await acquireLease(this.store, this.options.defaults, {
@@ -142,34 +198,23 @@ export class SemaphoreService implements OnModuleDestroy {
       release: (token) => this.store.releasePermit(name, token),
     });
     if (!('token' in grant)) return grant;
-    return new HeldPermit(this.store, name, grant);
+    return new HeldPermit('semaphore', name, grant, this.store, this.watchdog, keep);
   }
 }
 
 export class HeldPermit extends HeldLease implements Permit {
-  constructor(
-    private readonly store: LockStore,
-    readonly name: string,
-    grant: LeaseGrant,
-  ) {
-    super(grant.token, grant.elapsed, grant.ttl);
+  get name(): string {
+    return this.id;
   }
+}
 
-  protected get subject(): string {
-    return `a permit of "${this.name}"`;
-  }
-
-  release(): Promise<boolean> {
-    return this.releaseOnce();
-  }
-
-  protected giveBack(): Promise<boolean> {
-    return this.store.releasePermit(this.name, this.token);
-  }
-
-  protected renew(ttl: number): Promise<boolean> {
-    return this.store.extendPermit(this.name, this.token, ttl);
-  }
+/**
+ * The permit the current async call chain holds through `withPermit` or `@Semaphore`: of `name`,
+ * or with no name the innermost one.
+ */
+export function currentPermit(name?: string): Permit | undefined {
+  const lease = leaseOfChain('semaphore', name);
+  return lease instanceof HeldPermit ? lease : undefined;
 }
 
 /** A resource taken from a `LocalSemaphore`; `release()` posts it back once. */
@@ -181,7 +226,7 @@ export class LocalPermit {
     private readonly semaphore: LocalSemaphore,
   ) {}
 
-  get active(): boolean {
+  get held(): boolean {
     return !this.released;
   }
 
@@ -190,6 +235,11 @@ export class LocalPermit {
     this.released = true;
     this.semaphore.post();
     return true;
+  }
+
+  /** The same as `release()`, which cannot fail. */
+  async releaseQuietly(): Promise<void> {
+    await this.release();
   }
 
   async [Symbol.asyncDispose](): Promise<void> {

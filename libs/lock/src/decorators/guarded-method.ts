@@ -1,10 +1,9 @@
 import { Inject, UseInterceptors } from '@nestjs/common';
-import { defer, from, isObservable, Observable, type ObservableInput } from 'rxjs';
-import { warnReleaseFailed } from '../lease.js';
-import { type ChainLease, type ChainLeaseKind, leaseHeldByChain, runHolding } from '../lock.context.js';
+import { from, isObservable, Observable, type ObservableInput } from 'rxjs';
+import { markRaisedByDecorator } from '../decorator-errors.js';
+import type { ChainLease, HoldTicket } from '../lease/lease-chain.js';
+import { soleLiveService } from '../live-services.js';
 import { LockInterceptor } from '../lock.interceptor.js';
-import { markRaisedByDecorator } from './decorator-errors.js';
-import { soleLiveService } from './live-services.js';
 
 /**
  * The methods the decorators accept: taking a lock is asynchronous, so a decorated method returns a
@@ -19,22 +18,19 @@ export type GuardDecorator = <T extends GuardableMethod>(
   descriptor: TypedPropertyDescriptor<T>,
 ) => void;
 
-/** What one call of a decorated method must hold, and how to take and give it back. */
-export interface MethodGuard<L extends ChainLease = ChainLease> {
-  kind: ChainLeaseKind;
-  /** The lock key or semaphore name of this call. */
-  id: string;
-  acquire(signal?: AbortSignal): Promise<L>;
-  release(lease: L): Promise<unknown>;
-}
+/**
+ * What one call of a decorated method must hold: entering joins the lease the call chain holds or
+ * waits for a new one (the services' `enter`), and the ticket's `leave()` gives it back.
+ */
+export type MethodGuard = (signal?: AbortSignal) => Promise<HoldTicket<ChainLease>>;
 
-export interface GuardedMethodDefinition<S, L extends ChainLease> {
+export interface GuardedMethodDefinition<S> {
   /** Decorator name for messages, e.g. `@WithLock`. */
   decorator: string;
   /** The service the guard needs, injected into the instance as a property. */
   service: abstract new (...args: never[]) => S;
   /** Builds the guard of one call; runs before anything is acquired, so its errors reject the call. */
-  guardFor(service: S, args: unknown[]): MethodGuard<L>;
+  guardFor(service: S, args: unknown[]): MethodGuard;
 }
 
 /**
@@ -44,28 +40,29 @@ export interface GuardedMethodDefinition<S, L extends ChainLease> {
  * time in a property that Nest injects, so a class whose module cannot provide it fails at
  * bootstrap; an instance built by a factory uses the one service running in the process.
  *
- * - A call inside a chain that already holds the same key or name runs at once (reentrancy).
+ * - A call inside a chain that already holds the same key or name joins that lease (reentrancy);
+ *   the last holder to finish gives it back.
  * - The method's own result and errors pass through unchanged; a failed release is logged.
  * - A method declared to return an `Observable` still returns one: the lease is taken on
  *   subscription and held until it completes, errors or is unsubscribed. A result that turns out
  *   to be an `Observable` otherwise is held the same way from the call on.
  * - Metadata of other decorators (`@Get`, `@Cron`, …) and the method's name are kept.
  */
-export function guardMethod<S, L extends ChainLease>(
-  definition: GuardedMethodDefinition<S, L>,
+export function guardMethod<S>(
+  definition: GuardedMethodDefinition<S>,
   target: object,
   propertyKey: string | symbol,
   descriptor: PropertyDescriptor,
 ): void {
   const original: unknown = descriptor.value;
-  const where = `${target.constructor.name}.${String(propertyKey)}`;
+  const where = `${classNameOf(target)}.${String(propertyKey)}`;
   if (typeof original !== 'function') {
     throw new TypeError(`${definition.decorator} decorates methods; ${where} is not one`);
   }
   const serviceProperty = injectService(target, definition.service);
   const declaredObservable = returnsObservable(target, propertyKey);
 
-  function guardOf(instance: object, args: unknown[]): MethodGuard<L> {
+  function guardOf(instance: object, args: unknown[]): MethodGuard {
     const injected = (instance as Record<symbol, S | undefined>)[serviceProperty];
     const service = injected ?? soleLiveService(definition.service);
     if (typeof service === 'number') {
@@ -91,79 +88,57 @@ export function guardMethod<S, L extends ChainLease>(
   UseInterceptors(LockInterceptor)(target, propertyKey, descriptor);
 }
 
-async function guardedCall<L extends ChainLease>(guardOf: () => MethodGuard<L>, call: () => unknown): Promise<unknown> {
-  const guard = guardOf();
-  if (leaseHeldByChain(guard.kind, guard.id)) return call();
-
-  const lease = await markErrors(() => guard.acquire());
+async function guardedCall(guardOf: () => MethodGuard, call: () => unknown): Promise<unknown> {
+  const enter = guardOf();
+  const ticket = await markErrors(() => enter());
   let result: unknown;
   try {
-    result = await runHolding(guard.kind, guard.id, lease, call);
+    result = await ticket.run(call);
   } catch (error) {
-    await releaseQuietly(guard, lease);
+    await ticket.leave();
     throw error;
   }
-  if (isObservable(result)) return holdUntilFinished(result, guard, lease);
-  await releaseQuietly(guard, lease);
+  if (isObservable(result)) return holdUntilFinished(result, ticket);
+  await ticket.leave();
   return result;
 }
 
-function guardedObservable<L extends ChainLease>(
-  guardOf: () => MethodGuard<L>,
-  call: () => ObservableInput<unknown>,
-): Observable<unknown> {
-  return defer(() => {
-    const guard = guardOf();
-    if (leaseHeldByChain(guard.kind, guard.id)) return from(call());
-
-    return new Observable<unknown>((subscriber) => {
-      const abort = new AbortController();
-      let lease: L | undefined;
-      let inner: { unsubscribe(): void } | undefined;
-      markErrors(() => guard.acquire(abort.signal)).then(
-        (acquired) => {
-          // Unsubscribed while waiting: a lease won at that moment is not wanted any more.
-          if (subscriber.closed) return void releaseQuietly(guard, acquired);
-          lease = acquired;
-          try {
-            inner = runHolding(guard.kind, guard.id, acquired, () => from(call()).subscribe(subscriber));
-          } catch (error) {
-            subscriber.error(error);
-          }
-        },
-        (error: unknown) => subscriber.error(error),
-      );
-      return () => {
-        abort.abort();
-        inner?.unsubscribe();
-        if (lease) void releaseQuietly(guard, lease);
-      };
-    });
-  });
-}
-
-/** An Observable result of a call that already holds its lease: released when it finishes or is dropped. */
-function holdUntilFinished<L extends ChainLease>(
-  source: Observable<unknown>,
-  guard: MethodGuard<L>,
-  lease: L,
-): Observable<unknown> {
+function guardedObservable(guardOf: () => MethodGuard, call: () => ObservableInput<unknown>): Observable<unknown> {
   return new Observable<unknown>((subscriber) => {
-    const inner = runHolding(guard.kind, guard.id, lease, () => source.subscribe(subscriber));
+    const abort = new AbortController();
+    let ticket: HoldTicket<ChainLease> | undefined;
+    let inner: { unsubscribe(): void } | undefined;
+    // Entered synchronously on subscription, so that a subscription inside a holder joins its lease.
+    markErrors(() => guardOf()(abort.signal)).then(
+      (entered) => {
+        ticket = entered;
+        // Unsubscribed while waiting: a lease won at that moment is not wanted any more.
+        if (subscriber.closed) return void entered.leave();
+        try {
+          inner = entered.run(() => from(call()).subscribe(subscriber));
+        } catch (error) {
+          subscriber.error(error);
+        }
+      },
+      (error: unknown) => subscriber.error(error),
+    );
     return () => {
-      inner.unsubscribe();
-      void releaseQuietly(guard, lease);
+      abort.abort();
+      inner?.unsubscribe();
+      void ticket?.leave();
     };
   });
 }
 
-async function releaseQuietly<L extends ChainLease>(guard: MethodGuard<L>, lease: L): Promise<void> {
-  try {
-    await guard.release(lease);
-  } catch (error) {
-    // The method's own result or error stands.
-    warnReleaseFailed(`"${guard.id}"`, error);
-  }
+/** An Observable result of a call that already holds its lease: left when it finishes or is dropped. */
+function holdUntilFinished(source: Observable<unknown>, ticket: HoldTicket<ChainLease>): Observable<unknown> {
+  return new Observable<unknown>((subscriber) => {
+    const inner = ticket.run(() => source.subscribe(subscriber));
+    return () => {
+      inner.unsubscribe();
+      void ticket.leave();
+    };
+  });
 }
 
 /** Runs `fn`, marking what it throws or rejects with as raised by a decorator (for the HTTP mapping). */
@@ -191,6 +166,11 @@ function injectService(target: object, service: abstract new (...args: never[]) 
     Inject(service)(target, property);
   }
   return property;
+}
+
+/** The class a decorator was applied in: the prototype's constructor, or the class itself for a static method. */
+export function classNameOf(target: object): string {
+  return typeof target === 'function' ? target.name : target.constructor.name;
 }
 
 function returnsObservable(target: object, propertyKey: string | symbol): boolean {

@@ -1,7 +1,7 @@
 import { InvalidArgumentError } from '../lock.errors.js';
-import { DEFAULT_LEASE, resolveLease, type SemaphoreOptions, validateKey, validateLimit } from '../lock.options.js';
-import { type HeldPermit, type LocalPermit, SemaphoreService } from '../semaphore.service.js';
-import { type GuardDecorator, guardMethod, type MethodGuard } from './guarded-method.js';
+import { type SemaphoreOptions, validateCallOptions, validateKey, validateLimit } from '../lock.options.js';
+import { SemaphoreService } from '../semaphore.service.js';
+import { classNameOf, type GuardDecorator, guardMethod } from './guarded-method.js';
 
 export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
   /** Semaphore name; default `ClassName.methodName`. */
@@ -21,38 +21,25 @@ export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
  */
 export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}): GuardDecorator {
   validateLimit(limit);
+  // Misspelt options fail when the class is defined, not on the first call.
+  validateCallOptions('semaphore', options, ['name', 'scope']);
   const { name, scope = 'distributed', ...leaseOptions } = options;
   if (name !== undefined) validateKey('name', name);
   if (scope !== 'distributed' && scope !== 'local') {
     throw new InvalidArgumentError('scope', `must be 'distributed' or 'local', got ${String(scope)}`);
   }
-  resolveLease(DEFAULT_LEASE, leaseOptions);
 
   return (target, propertyKey, descriptor) => {
-    const semaphoreName = name ?? `${target.constructor.name}.${String(propertyKey)}`;
+    const semaphoreName = name ?? `${classNameOf(target)}.${String(propertyKey)}`;
     guardMethod(
       {
         decorator: '@Semaphore',
         service: SemaphoreService,
-        guardFor: (semaphores): MethodGuard<HeldPermit | LocalPermit> =>
+        guardFor: (semaphores) =>
           scope === 'local'
-            ? {
-                kind: 'local-semaphore',
-                id: semaphoreName,
-                acquire: () => semaphores.acquireLocal(semaphoreName, limit, leaseOptions),
-                release: (permit) => permit.release(),
-              }
-            : {
-                kind: 'semaphore',
-                id: semaphoreName,
-                // acquire() always resolves with a HeldPermit; the narrower type lets the chain see whether it is held.
-                acquire: (signal) =>
-                  semaphores.acquire(semaphoreName, limit, {
-                    ...leaseOptions,
-                    signal: signal ?? leaseOptions.signal,
-                  }) as Promise<HeldPermit>,
-                release: (permit) => permit.release(),
-              },
+            ? () => semaphores.enterLocal(semaphoreName, limit, leaseOptions)
+            : (signal) =>
+                semaphores.enter(semaphoreName, limit, { ...leaseOptions, signal: signal ?? leaseOptions.signal }),
       },
       target,
       propertyKey,

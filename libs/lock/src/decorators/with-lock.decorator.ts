@@ -1,5 +1,5 @@
-import { DEFAULT_LEASE, type LockOptions, resolveLease } from '../lock.options.js';
-import { type HeldLock, LockService } from '../lock.service.js';
+import { type LockOptions, validateCallOptions } from '../lock.options.js';
+import { LockService } from '../lock.service.js';
 import { type GuardDecorator, guardMethod } from './guarded-method.js';
 import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
 
@@ -7,6 +7,7 @@ import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
  * Runs the method under the lock `key`, on controller route handlers and provider methods alike.
  * `key` is a template of the method's arguments (`'order:{0}'`, `'order:{0.id}'`) or a function
  * of them. On HTTP routes a busy lock answers 409 Conflict, a key that resolves to nothing 400.
+ * The lock is renewed while the method runs (`autoExtend`); `currentLock()` returns it.
  *
  * @example
  * ＠WithLock('order:{0}', { timeout: 0 })
@@ -15,7 +16,7 @@ import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
 export function WithLock(key: KeyTemplate, options: LockOptions = {}): GuardDecorator {
   const keyOf = compileKeyTemplate(key);
   // Misspelt options fail when the class is defined, not on the first call.
-  resolveLease(DEFAULT_LEASE, options);
+  validateCallOptions('lock', options);
   return (target, propertyKey, descriptor) =>
     guardMethod(
       {
@@ -23,14 +24,7 @@ export function WithLock(key: KeyTemplate, options: LockOptions = {}): GuardDeco
         service: LockService,
         guardFor: (locks, args) => {
           const lockKey = keyOf(args);
-          return {
-            kind: 'lock',
-            id: lockKey,
-            // lock() always resolves with a HeldLock; the narrower type lets the chain see whether it is still held.
-            acquire: (signal) =>
-              locks.lock(lockKey, { ...options, signal: signal ?? options.signal }) as Promise<HeldLock>,
-            release: (lock) => lock.unlock(),
-          };
+          return (signal) => locks.enter(lockKey, { ...options, signal: signal ?? options.signal });
         },
       },
       target,

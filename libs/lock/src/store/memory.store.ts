@@ -1,11 +1,12 @@
 import { LockBackendError } from '../lock.errors.js';
-import type { LeaseKind, LockStore } from './store.js';
+import { LONGEST_DURATION } from '../lock.options.js';
+import type { LeaseKind, LeaseRenewal, LockStore } from './store.js';
 
 interface Lease {
   /** `performance.now()` at which the lease ends. */
   deadline: number;
   /** Frees the lease at its deadline so that waiters wake; unref'd, it never holds the process open. */
-  expiry: NodeJS.Timeout;
+  expiry?: NodeJS.Timeout;
 }
 
 interface LockLease extends Lease {
@@ -21,13 +22,15 @@ export class MemoryStore implements LockStore {
   /** Semaphore name → permit token → lease. */
   private readonly semaphores = new Map<string, Map<string, Lease>>();
   private readonly sleepers = new Map<string, Set<() => void>>();
+  /** The last fence handed out per lock key or semaphore name; kept for the life of the store, like Redis's counters. */
+  private readonly fences = new Map<string, number>();
   private closed = false;
 
-  async acquireLock(key: string, token: string, ttl: number): Promise<boolean> {
+  async acquireLock(key: string, token: string, ttl: number): Promise<number> {
     const holder = this.liveLock(key);
-    if (holder !== undefined && holder.token !== token) return false;
+    if (holder !== undefined && holder.token !== token) return 0;
     this.grantLock(key, token, ttl);
-    return true;
+    return this.nextFence('lock', key);
   }
 
   async releaseLock(key: string, token: string): Promise<boolean> {
@@ -46,11 +49,11 @@ export class MemoryStore implements LockStore {
     return this.liveLock(key) !== undefined;
   }
 
-  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<boolean> {
+  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<number> {
     const permits = this.livePermits(name);
-    if (!permits.has(token) && permits.size >= limit) return false;
+    if (!permits.has(token) && permits.size >= limit) return 0;
     this.grantPermit(name, token, ttl);
-    return true;
+    return this.nextFence('semaphore', name);
   }
 
   async releasePermit(name: string, token: string): Promise<boolean> {
@@ -67,6 +70,16 @@ export class MemoryStore implements LockStore {
 
   async countPermits(name: string): Promise<number> {
     return this.livePermits(name).size;
+  }
+
+  async extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]> {
+    return Promise.all(
+      leases.map(({ kind, id, token, ttl }) =>
+        (kind === 'lock' ? this.extendLock(id, token, ttl) : this.extendPermit(id, token, ttl)).catch(
+          (error: LockBackendError) => error,
+        ),
+      ),
+    );
   }
 
   waitForRelease(kind: LeaseKind, key: string, maxWait: number, signal?: AbortSignal): Promise<void> {
@@ -120,7 +133,9 @@ export class MemoryStore implements LockStore {
 
   private grantLock(key: string, token: string, ttl: number): void {
     clearTimeout(this.locks.get(key)?.expiry);
-    this.locks.set(key, { token, ...this.lease(ttl, () => this.freeLock(key)) });
+    const lease: LockLease = { token, deadline: performance.now() + ttl };
+    this.locks.set(key, lease);
+    this.armExpiry(lease, () => this.locks.get(key) === lease && this.freeLock(key));
   }
 
   private freeLock(key: string): void {
@@ -142,10 +157,9 @@ export class MemoryStore implements LockStore {
     const permits = this.semaphores.get(name) ?? new Map<string, Lease>();
     this.semaphores.set(name, permits);
     clearTimeout(permits.get(token)?.expiry);
-    permits.set(
-      token,
-      this.lease(ttl, () => this.freePermit(name, token)),
-    );
+    const lease: Lease = { deadline: performance.now() + ttl };
+    permits.set(token, lease);
+    this.armExpiry(lease, () => permits.get(token) === lease && this.freePermit(name, token));
   }
 
   private freePermit(name: string, token: string): void {
@@ -156,8 +170,28 @@ export class MemoryStore implements LockStore {
     this.wake('semaphore', name);
   }
 
-  private lease(ttl: number, onExpiry: () => void): Lease {
-    return { deadline: performance.now() + ttl, expiry: setTimeout(onExpiry, ttl).unref() };
+  private nextFence(kind: LeaseKind, id: string): number {
+    const channel = channelOf(kind, id);
+    const fence = (this.fences.get(channel) ?? 0) + 1;
+    this.fences.set(channel, fence);
+    return fence;
+  }
+
+  /**
+   * Frees `lease` at its deadline so that waiters wake, never before: Node fires a delay above
+   * 2^31−1 ms at once, so a longer lease (reachable only by calling the store directly: the
+   * services refuse such a ttl) is re-armed until its deadline, as is a timer that fires early.
+   */
+  private armExpiry(lease: Lease, onExpiry: () => void): void {
+    const remaining = lease.deadline - performance.now();
+    if (remaining <= 0) {
+      onExpiry();
+      return;
+    }
+    lease.expiry = setTimeout(
+      () => this.armExpiry(lease, onExpiry),
+      Math.min(Math.ceil(remaining), LONGEST_DURATION),
+    ).unref();
   }
 
   private wake(kind: LeaseKind, key: string): void {

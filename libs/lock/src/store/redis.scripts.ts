@@ -13,24 +13,40 @@ function script(name: string, numberOfKeys: number, source: string): RedisScript
 }
 
 /**
- * Takes the lock, or confirms that `token` already holds it.
- * KEYS[1] lock key; ARGV[1] owner token, ARGV[2] ttl in ms. Returns 1 if held by the token now, else 0.
+ * The next fence of a lock or semaphore: INCR of its counter, which never expires. A counter that
+ * is missing (first use, or lost to a restart without persistence or a FLUSHALL) starts from the
+ * server's clock in microseconds, above any fence it can have handed out before (that would take
+ * more than one acquisition per microsecond since), so fences keep increasing even then.
+ * Expects the counter's key in `counter`.
+ */
+const nextFence = `
+if redis.call('EXISTS', counter) == 0 then
+  local time = redis.call('TIME')
+  redis.call('SET', counter, time[1] .. string.format('%06d', tonumber(time[2])))
+end
+return redis.call('INCR', counter)
+`;
+
+/**
+ * Takes the lock, or confirms that `token` already holds it, and hands out its fence.
+ * KEYS[1] lock key, KEYS[2] its fence counter; ARGV[1] owner token, ARGV[2] ttl in ms.
+ * Returns the fence (≥ 1) if held by the token now, else 0.
  * The second branch makes a retry idempotent: an attempt whose reply was lost (command timeout)
- * may have taken the lock, and the same token must not then wait for its own lease to run out.
+ * may have taken the lock, and the same token must not then wait for its own lease to run out
+ * (it gets a new fence: the lost reply's fence was never seen by anyone).
  */
 export const acquireLockScript = script(
   'acquireLock',
-  1,
+  2,
   `
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return 1
-end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+    return 0
+  end
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
 end
-return 0
-`,
+local counter = KEYS[2]
+${nextFence}`,
 );
 
 /**
@@ -78,13 +94,13 @@ redis.call('PEXPIREAT', KEYS[1], last[2])
 
 /**
  * Drops expired permits, then adds `token` if fewer than `limit` remain (or renews it if it is
- * already there: a retry after a lost reply).
- * KEYS[1] semaphore set; ARGV[1] permit token, ARGV[2] limit, ARGV[3] ttl in ms.
- * Returns 1 if the token holds a permit now, else 0.
+ * already there: a retry after a lost reply), and hands out its fence.
+ * KEYS[1] semaphore set, KEYS[2] its fence counter; ARGV[1] permit token, ARGV[2] limit, ARGV[3] ttl in ms.
+ * Returns the fence (≥ 1) if the token holds a permit now, else 0.
  */
 export const acquirePermitScript = script(
   'acquirePermit',
-  1,
+  2,
   `${serverNowMs}
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
@@ -92,8 +108,8 @@ if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >
 end
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
 ${expireWithLastLease}
-return 1
-`,
+local counter = KEYS[2]
+${nextFence}`,
 );
 
 /**

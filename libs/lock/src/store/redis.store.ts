@@ -1,4 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
+import { createHash } from 'node:crypto';
 import { errorMessage, LockBackendError } from '../lock.errors.js';
 import {
   acquireLockScript,
@@ -10,7 +11,7 @@ import {
   releaseLockScript,
   releasePermitScript,
 } from './redis.scripts.js';
-import type { LockStore } from './store.js';
+import type { LeaseKind, LeaseRenewal, LockStore } from './store.js';
 
 export interface RedisStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */
@@ -22,11 +23,21 @@ export interface RedisStoreOptions {
 }
 
 /**
+ * Reply errors that pass by themselves (a failover, a load, a busy script, memory pressure):
+ * retried like an outage. Any other reply error (`WRONGTYPE`, `NOPERM`, a script error) would only
+ * be answered again, so it is raised at once as `BACKEND_ERROR`.
+ */
+const TRANSIENT_REPLY = /^(READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|BUSY|OOM|NOREPLICAS|MISCONF)\b/;
+
+/**
  * Leases on Redis: `SET NX PX` and compare-by-token Lua scripts, called by SHA.
  *
- * Key layout: the lock for `key` is `<prefix>{<key>}`; companions are `<prefix>{<key>}:<suffix>`.
- * Semaphore `name` is the sorted set `<prefix>sem:{<name>}`, companions `<prefix>sem:{<name>}:<suffix>`.
- * The user's key or name is the hash tag, so that one lock or semaphore lives in one cluster slot.
+ * Key layout: the lock for `key` is `<prefix>{<key>}`, its companions (the fence counter, …)
+ * `<prefix>{<key>}:<suffix>`. Semaphore `name` is the sorted set `<prefix>sem:{<name>}`, companions
+ * `<prefix>sem:{<name>}:<suffix>`. The user's key or name is the hash tag, so that one lock or
+ * semaphore lives in one cluster slot — unless it holds `{` or `}`, which could end the tag early
+ * or make it empty (`}abc`): then the tag is a digest of the key, followed by the key itself,
+ * `<prefix>{<digest>}<key>`, so that distinct keys still never share a Redis key.
  */
 export class RedisStore implements LockStore {
   private closed = false;
@@ -36,8 +47,8 @@ export class RedisStore implements LockStore {
     private readonly options: RedisStoreOptions,
   ) {}
 
-  async acquireLock(key: string, token: string, ttl: number): Promise<boolean> {
-    return (await this.runScript(acquireLockScript, key, [this.lockKey(key)], [token, toMillis(ttl)])) === 1;
+  async acquireLock(key: string, token: string, ttl: number): Promise<number> {
+    return Number(await this.runScript(acquireLockScript, key, this.keysOf('lock', key), [token, toMillis(ttl)]));
   }
 
   async releaseLock(key: string, token: string): Promise<boolean> {
@@ -52,9 +63,9 @@ export class RedisStore implements LockStore {
     return (await this.run(key, 'EXISTS', () => this.client.exists(this.lockKey(key)))) === 1;
   }
 
-  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<boolean> {
-    const keys = [this.semaphoreKey(name)];
-    return (await this.runScript(acquirePermitScript, name, keys, [token, limit, toMillis(ttl)])) === 1;
+  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<number> {
+    const keys = this.keysOf('semaphore', name);
+    return Number(await this.runScript(acquirePermitScript, name, keys, [token, limit, toMillis(ttl)]));
   }
 
   async releasePermit(name: string, token: string): Promise<boolean> {
@@ -69,6 +80,32 @@ export class RedisStore implements LockStore {
     return Number(await this.runScript(countPermitsScript, name, [this.semaphoreKey(name)], []));
   }
 
+  async extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]> {
+    const extend = (lease: LeaseRenewal) =>
+      lease.kind === 'lock'
+        ? this.extendLock(lease.id, lease.token, lease.ttl)
+        : this.extendPermit(lease.id, lease.token, lease.ttl);
+    if (leases.length === 1 || this.isCluster()) {
+      // A cluster pipeline must stay in one slot; there ioredis batches the separate commands itself.
+      return Promise.all(leases.map((lease) => extend(lease).catch((error: LockBackendError) => error)));
+    }
+    const pipeline = this.client.pipeline();
+    for (const { kind, id, token, ttl } of leases) {
+      const script = kind === 'lock' ? extendLockScript : extendPermitScript;
+      pipeline.evalsha(script.sha, script.numberOfKeys, this.mainKey(kind, id), token, toMillis(ttl));
+    }
+    const replies = await this.run(leases[0].id, 'renewal pipeline', () => pipeline.exec());
+    return Promise.all(
+      leases.map(async (lease, i) => {
+        const [error, answer] = replies?.[i] ?? [new Error('no reply'), null];
+        if (error === null) return answer === 1;
+        // The script cache was lost (restart, failover, SCRIPT FLUSH): this one goes alone, by EVAL.
+        if (error.message.startsWith('NOSCRIPT')) return extend(lease).catch((failure: LockBackendError) => failure);
+        return this.backendError(error, 'renewal', lease.id);
+      }),
+    );
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -80,14 +117,27 @@ export class RedisStore implements LockStore {
     this.client.disconnect();
   }
 
-  /** `<prefix>{<key>}`: the user key is the hash tag. */
-  lockKey(key: string): string {
-    return `${this.options.keyPrefix}{${key}}`;
+  /** Every Redis key one lock or semaphore touches, all in one cluster slot: its own key first, then its fence counter. */
+  keysOf(kind: LeaseKind, id: string): string[] {
+    const main = this.mainKey(kind, id);
+    return [main, `${main}:fence`];
   }
 
-  /** `<prefix>sem:{<name>}`: the semaphore name is the hash tag. */
-  semaphoreKey(name: string): string {
-    return `${this.options.keyPrefix}sem:{${name}}`;
+  /** `<prefix>{<key>}` for a lock, `<prefix>sem:{<name>}` for a semaphore (see the class comment for braces). */
+  private mainKey(kind: LeaseKind, id: string): string {
+    return `${this.options.keyPrefix}${kind === 'lock' ? '' : 'sem:'}${hashTagged(id)}`;
+  }
+
+  private lockKey(key: string): string {
+    return this.mainKey('lock', key);
+  }
+
+  private semaphoreKey(name: string): string {
+    return this.mainKey('semaphore', name);
+  }
+
+  private isCluster(): boolean {
+    return (this.client as { isCluster?: boolean }).isCluster === true;
   }
 
   private runScript(script: RedisScript, key: string, keys: string[], args: (string | number)[]): Promise<unknown> {
@@ -108,11 +158,21 @@ export class RedisStore implements LockStore {
     try {
       return await this.withTimeout(command(), operation, key);
     } catch (error) {
-      if (error instanceof LockBackendError) throw error;
-      throw new LockBackendError(`Redis ${operation} failed for "${key}": ${errorMessage(error)}`, key, {
-        cause: error,
-      });
+      throw this.backendError(error, operation, key);
     }
+  }
+
+  /** `BACKEND_ERROR` for a reply error that would only come again, else `BACKEND_UNAVAILABLE`. */
+  private backendError(error: unknown, operation: string, key: string): LockBackendError {
+    if (error instanceof LockBackendError) return error;
+    const message = errorMessage(error);
+    const permanent = error instanceof Error && error.name === 'ReplyError' && !TRANSIENT_REPLY.test(message);
+    return permanent
+      ? new LockBackendError(`Redis refused ${operation} for "${key}": ${message}`, key, {
+          cause: error,
+          code: 'BACKEND_ERROR',
+        })
+      : new LockBackendError(`Redis ${operation} failed for "${key}": ${message}`, key, { cause: error });
   }
 
   private async withTimeout<T>(command: Promise<T>, operation: string, key: string): Promise<T> {
@@ -129,6 +189,11 @@ export class RedisStore implements LockStore {
       clearTimeout(timer);
     }
   }
+}
+
+/** `{<id>}`, or `{<digest>}<id>` when a brace in `id` could break the hash tag. */
+function hashTagged(id: string): string {
+  return /[{}]/.test(id) ? `{${createHash('sha256').update(id).digest('hex').slice(0, 32)}}${id}` : `{${id}}`;
 }
 
 /** `PX` takes whole milliseconds; rounding up never shortens a lease. */

@@ -1,9 +1,9 @@
 import { describe, expect, it } from '@jest/globals';
-import { LockBackendError } from './lock.errors.js';
+import { LockBackendError } from '../lock.errors.js';
 import { sleep, waitForLease, type WaitPolicy } from './wait-for-lease.js';
 
-/** An attempt that answers from a script, recording when it was made. */
-function scriptedLease(answers: (boolean | Error)[], fallback: boolean | Error = false) {
+/** An attempt that answers from a script (a fence, 0 = taken, or an error), recording when it was made. */
+function scriptedLease(answers: (number | Error)[], fallback: number | Error = 0) {
   const attemptsAt: number[] = [];
   const start = performance.now();
   let releases = 0;
@@ -35,21 +35,21 @@ const policy = (overrides: Partial<WaitPolicy>): WaitPolicy => ({
 
 describe('waitForLease', () => {
   it('makes exactly one attempt when timeout is 0', async () => {
-    const { lease, attemptsAt } = scriptedLease([false]);
+    const { lease, attemptsAt } = scriptedLease([0]);
 
     expect(await waitForLease(lease, policy({ timeout: 0 }), sleep)).toBeNull();
     expect(attemptsAt).toHaveLength(1);
   });
 
   it('returns elapsed exactly 0 when the first attempt succeeds', async () => {
-    const { lease } = scriptedLease([true]);
+    const { lease } = scriptedLease([7]);
 
-    expect(await waitForLease(lease, policy({}), sleep)).toBe(0);
+    expect(await waitForLease(lease, policy({}), sleep)).toMatchObject({ elapsed: 0, fence: 7 });
   });
 
   it('grows the wait by ratio up to maxStep, with jitter within ±25 %', async () => {
     const pauses: number[] = [];
-    const { lease } = scriptedLease([false, false, false, false, false, false, true]);
+    const { lease } = scriptedLease([0, 0, 0, 0, 0, 0, 1]);
     const recordingPause = (ms: number) => {
       pauses.push(ms);
       return sleep(ms);
@@ -79,9 +79,9 @@ describe('waitForLease', () => {
 
   it('rides out backend failures until the lease is granted', async () => {
     const down = new LockBackendError('connection refused');
-    const { lease } = scriptedLease([down, down, true]);
+    const { lease } = scriptedLease([down, down, 3]);
 
-    expect(await waitForLease(lease, policy({}), sleep)).toBeGreaterThan(0);
+    expect((await waitForLease(lease, policy({}), sleep))?.elapsed).toBeGreaterThan(0);
   });
 
   it('throws the backend failure of the final attempt, and sends a release for a late-applied attempt', async () => {
@@ -93,7 +93,7 @@ describe('waitForLease', () => {
   });
 
   it('reports a timeout, not a backend failure, when the backend came back but the lease stayed taken', async () => {
-    const { lease } = scriptedLease([new LockBackendError('connection refused')], false);
+    const { lease } = scriptedLease([new LockBackendError('connection refused')], 0);
 
     expect(await waitForLease(lease, policy({ timeout: 30 }), sleep)).toBeNull();
   });
@@ -112,10 +112,43 @@ describe('waitForLease', () => {
     const { lease, releases } = scriptedLease([]);
     lease.attempt = async () => {
       controller.abort(reason);
-      return true;
+      return 1;
     };
 
     await expect(waitForLease(lease, policy({}), sleep, controller.signal)).rejects.toBe(reason);
     expect(releases()).toBe(1);
+  });
+
+  it('sends a release when the signal ends a wait after an attempt whose reply was lost', async () => {
+    const controller = new AbortController();
+    const reason = new Error('aborted');
+    const { lease, releases } = scriptedLease([new LockBackendError('timed out')], 0);
+    const abortingPause = async (ms: number, signal?: AbortSignal) => {
+      controller.abort(reason);
+      return sleep(ms, signal);
+    };
+
+    await expect(waitForLease(lease, policy({}), abortingPause, controller.signal)).rejects.toBe(reason);
+    expect(releases()).toBe(1);
+  });
+
+  it('sends no release when the signal ends a wait whose attempts were all answered', async () => {
+    const controller = new AbortController();
+    const { lease, releases } = scriptedLease([], 0);
+    const abortingPause = async (ms: number, signal?: AbortSignal) => {
+      controller.abort(new Error('aborted'));
+      return sleep(ms, signal);
+    };
+
+    await expect(waitForLease(lease, policy({}), abortingPause, controller.signal)).rejects.toThrow('aborted');
+    expect(releases()).toBe(0);
+  });
+
+  it('throws an error that retrying cannot fix at once, without waiting for the deadline', async () => {
+    const wrongType = new LockBackendError('WRONGTYPE', 'k', { code: 'BACKEND_ERROR' });
+    const { lease, attemptsAt } = scriptedLease([wrongType]);
+
+    await expect(waitForLease(lease, policy({ timeout: 5_000 }), sleep)).rejects.toBe(wrongType);
+    expect(attemptsAt).toHaveLength(1);
   });
 });

@@ -1,0 +1,179 @@
+import { Logger } from '@nestjs/common';
+import { errorMessage, LockLostError } from '../lock.errors.js';
+import { duration } from '../lock.options.js';
+import type { LeaseKind, LockStore } from '../store/store.js';
+import type { Watchdog } from './watchdog.js';
+
+/** What the wait loop hands over when a lease is won. */
+export interface LeaseGrant {
+  token: string;
+  fence: number;
+  /** Milliseconds spent waiting (exactly 0 when it was free). */
+  elapsed: number;
+  ttl: number;
+  /** `performance.now()` when the winning attempt was sent. */
+  sentAt: number;
+}
+
+/** How a lease is kept: renewed by the watchdog or not, and whether its loss is reported. */
+export interface KeepPolicy {
+  autoExtend: boolean;
+  /** Log the loss and tell `onLockLost`: the lease was renewed, or a scope (`withLock`, …) still holds it. */
+  reportLoss: boolean;
+}
+
+const logger = new Logger('nest-lock');
+
+/** A failed release is logged, never thrown over the caller's result or error: the lease runs out on its own. */
+export function warnReleaseFailed(subject: string, error: unknown): void {
+  logger.warn(`Could not release ${subject} (${errorMessage(error)}); its lease will expire on its own`);
+}
+
+/**
+ * A bare lease (`lock()`, `acquire()`) is renewed, and its loss reported, only when asked: a
+ * lease nobody releases must still run out. A lease held by a scope (`withLock`, `withPermit`,
+ * the decorators) is renewed unless asked not to (`scopedDefault`), and its loss always reported.
+ */
+export function keepPolicy(scoped: boolean, autoExtend: boolean | undefined, scopedDefault: boolean): KeepPolicy {
+  if (!scoped) return { autoExtend: autoExtend ?? false, reportLoss: autoExtend ?? false };
+  return { autoExtend: autoExtend ?? scopedDefault, reportLoss: true };
+}
+
+/**
+ * Redis and a holder's clock tick at slightly different rates: the holder counts its lease as
+ * valid for `ttl` minus this margin (redlock's drift rule), so it never believes in a lease that
+ * the server already let go.
+ */
+function clockDrift(ttl: number): number {
+  return ttl * 0.01 + 2;
+}
+
+/**
+ * One lease a caller holds: a lock or a permit. It knows how long it is still valid (from the
+ * send time of the last acquire or renewal that succeeded, so a late reply never stretches it),
+ * aborts its `signal` once it is lost, and is released once.
+ */
+export class HeldLease {
+  private state: 'held' | 'released' | 'lost' = 'held';
+  private readonly lostController = new AbortController();
+  /** `performance.now()` up to which the lease is surely still ours. */
+  private validUntil: number;
+  /** The lease length used by renewals: the ttl it was taken with, or the last one given to `expire()`. */
+  private leaseTtl: number;
+  /** When the watchdog should renew it next (only with `autoExtend`). */
+  renewAt: number;
+  /** A renewal is on its way; the watchdog sends no second one. */
+  renewing = false;
+
+  readonly token: string;
+  readonly fence: number;
+  readonly elapsed: number;
+
+  constructor(
+    readonly kind: LeaseKind,
+    /** The lock key or semaphore name. */
+    readonly id: string,
+    grant: LeaseGrant,
+    private readonly store: LockStore,
+    private readonly watchdog: Watchdog,
+    readonly policy: KeepPolicy,
+  ) {
+    this.token = grant.token;
+    this.fence = grant.fence;
+    this.elapsed = Math.round(grant.elapsed);
+    this.leaseTtl = grant.ttl;
+    this.validUntil = grant.sentAt + grant.ttl - clockDrift(grant.ttl);
+    this.renewAt = grant.sentAt + grant.ttl / 3;
+    watchdog.track(this);
+  }
+
+  /** Aborted with a `LockLostError` once the lease is known to be lost; never by an intentional release. */
+  get signal(): AbortSignal {
+    return this.lostController.signal;
+  }
+
+  /** Milliseconds the lease is still guaranteed to be ours; 0 once released or lost. */
+  get validity(): number {
+    return this.state === 'held' ? Math.max(0, this.validUntil - performance.now()) : 0;
+  }
+
+  /** Neither released nor lost: a nested call of the same chain may join it. */
+  get held(): boolean {
+    return this.state === 'held';
+  }
+
+  get ttl(): number {
+    return this.leaseTtl;
+  }
+
+  /** `performance.now()` after which the lease counts as lost unless renewed. */
+  get deadline(): number {
+    return this.validUntil;
+  }
+
+  /**
+   * Resets the remaining lease to `ttl` (default: the ttl it was taken with); later renewals use
+   * it too. `false` if the lease is no longer ours, which also aborts `signal`.
+   */
+  async expire(ttl: number = this.leaseTtl): Promise<boolean> {
+    duration('ttl', ttl);
+    if (this.state !== 'held') return false;
+    const sentAt = performance.now();
+    const renewed =
+      this.kind === 'lock'
+        ? await this.store.extendLock(this.id, this.token, ttl)
+        : await this.store.extendPermit(this.id, this.token, ttl);
+    if (this.state !== 'held') return false;
+    if (!renewed) {
+      this.lose('taken');
+      return false;
+    }
+    this.leaseTtl = ttl;
+    this.renewed(sentAt, ttl);
+    return true;
+  }
+
+  /**
+   * Gives the lease back: `true` if it was ours, `false` if it was not any more (expired or
+   * taken) or was already released. Renewals stop first, so that a late renewal answer changes
+   * nothing. A lease already reported lost is still released: it may yet be ours.
+   */
+  async release(): Promise<boolean> {
+    if (this.state === 'released') return false;
+    this.state = 'released';
+    this.watchdog.untrack(this);
+    return this.kind === 'lock'
+      ? this.store.releaseLock(this.id, this.token)
+      : this.store.releasePermit(this.id, this.token);
+  }
+
+  /** Called by the watchdog (or `expire()`) when a renewal sent at `sentAt` succeeded. */
+  renewed(sentAt: number, ttl: number): void {
+    this.validUntil = sentAt + ttl - clockDrift(ttl);
+    this.renewAt = sentAt + ttl / 3;
+  }
+
+  /** Called once it is known that the lease is no longer ours. */
+  lose(reason: LockLostError['reason']): void {
+    if (this.state !== 'held') return;
+    this.state = 'lost';
+    this.watchdog.untrack(this);
+    const error = new LockLostError(this.kind, this.id, this.token, this.fence, reason);
+    this.lostController.abort(error);
+    if (this.policy.reportLoss) this.watchdog.reportLost(error);
+  }
+
+  /** Releases, logging a failure instead of throwing it (`withLock`, `withPermit`, `await using`). */
+  async releaseQuietly(): Promise<void> {
+    await this.release().catch((error: unknown) => warnReleaseFailed(this.subject, error));
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.releaseQuietly();
+  }
+
+  /** What is held, for messages: `lock "order:42"`, `a permit of "reports"`. */
+  get subject(): string {
+    return this.kind === 'lock' ? `lock "${this.id}"` : `a permit of "${this.id}"`;
+  }
+}

@@ -1,0 +1,125 @@
+import { Logger } from '@nestjs/common';
+import { errorMessage, LockBackendError, type LockLostError } from '../lock.errors.js';
+import { LONGEST_DURATION } from '../lock.options.js';
+import type { LockStore } from '../store/store.js';
+import type { HeldLease } from './held-lease.js';
+
+const logger = new Logger('nest-lock');
+
+/**
+ * Keeps the leases a process holds: renews those with `autoExtend` every `ttl / 3` by
+ * compare-and-pexpire, and declares a lease lost when a renewal finds it gone or taken, or when
+ * its deadline passes first. One timer for every lease of the store; the renewals that fall due
+ * together travel in one round trip.
+ *
+ * It never re-acquires: a lease that is gone stays gone, and its holder is told through the
+ * lease's `signal`. Answers that arrive after an intentional release are ignored.
+ */
+export class Watchdog {
+  private readonly leases = new Set<HeldLease>();
+  private timer?: NodeJS.Timeout;
+  /** `performance.now()` at which `timer` fires; `Infinity` when none is set. */
+  private timerDue = Infinity;
+  private closed = false;
+
+  constructor(
+    private readonly store: LockStore,
+    private readonly onLockLost?: (error: LockLostError) => void,
+  ) {}
+
+  track(lease: HeldLease): void {
+    if (this.closed) return;
+    this.leases.add(lease);
+    // Leases taken later with the same ttl fall due later: most calls change no timer.
+    const due = nextEventOf(lease);
+    if (due < this.timerDue) this.schedule(due);
+  }
+
+  untrack(lease: HeldLease): void {
+    this.leases.delete(lease);
+  }
+
+  /** Logs a lost lease once and tells the module's `onLockLost` hook; neither ever throws. */
+  reportLost(error: LockLostError): void {
+    logger.warn(error.message);
+    if (!this.onLockLost) return;
+    try {
+      const answer: unknown = this.onLockLost(error);
+      if (answer instanceof Promise) answer.catch(warnHookFailed);
+    } catch (hookError) {
+      warnHookFailed(hookError);
+    }
+  }
+
+  /** Stops the timer and forgets every lease (the store is closing: nobody renews or reports any more). */
+  close(): void {
+    this.closed = true;
+    clearTimeout(this.timer);
+    this.timerDue = Infinity;
+    this.leases.clear();
+  }
+
+  private schedule(due: number): void {
+    clearTimeout(this.timer);
+    this.timerDue = due;
+    const delay = Math.min(Math.max(0, due - performance.now()), LONGEST_DURATION);
+    // unref: a lease never holds the process open.
+    this.timer = setTimeout(() => this.tick(), delay).unref();
+  }
+
+  private tick(): void {
+    this.timerDue = Infinity;
+    const now = performance.now();
+    const due: HeldLease[] = [];
+    for (const lease of this.leases) {
+      // Checked first: a timer that fires late (a frozen process, a blocked event loop) must not renew
+      // a lease that may already belong to someone else.
+      if (now >= lease.deadline) lease.lose('expired');
+      // Renewing a little early is harmless, and lets leases that fall due together share one round trip.
+      else if (lease.policy.autoExtend && !lease.renewing && now >= lease.renewAt - lease.ttl / 6) due.push(lease);
+    }
+    if (due.length > 0) void this.renew(due);
+    this.scheduleNext();
+  }
+
+  private scheduleNext(): void {
+    let next = Infinity;
+    for (const lease of this.leases) next = Math.min(next, nextEventOf(lease));
+    if (next < Infinity) this.schedule(next);
+  }
+
+  private async renew(leases: HeldLease[]): Promise<void> {
+    const sentAt = performance.now();
+    const ttls = leases.map((lease) => lease.ttl);
+    for (const lease of leases) lease.renewing = true;
+    let answers: (boolean | LockBackendError)[];
+    try {
+      answers = await this.store.extendLeases(
+        leases.map((lease, i) => ({ kind: lease.kind, id: lease.id, token: lease.token, ttl: ttls[i] })),
+      );
+    } catch (error) {
+      const failure = error instanceof LockBackendError ? error : new LockBackendError(errorMessage(error));
+      answers = leases.map(() => failure);
+    }
+
+    leases.forEach((lease, i) => {
+      lease.renewing = false;
+      if (!this.leases.has(lease)) return; // released (or lost) meanwhile: the answer changes nothing
+      const answer = answers[i];
+      if (answer === true) lease.renewed(sentAt, ttls[i]);
+      else if (answer === false || !answer.transient) lease.lose('taken');
+      // A failed renewal is tried again soon, until the lease's deadline says it is lost.
+      else lease.renewAt = performance.now() + Math.max(lease.ttl / 10, 5);
+    });
+    this.scheduleNext();
+  }
+}
+
+/** When the watchdog must look at `lease` next: its renewal, or its deadline. */
+function nextEventOf(lease: HeldLease): number {
+  return lease.policy.autoExtend && !lease.renewing ? Math.min(lease.renewAt, lease.deadline) : lease.deadline;
+}
+
+function warnHookFailed(error: unknown): void {
+  logger.warn(`onLockLost threw: ${errorMessage(error)}`);
+}
