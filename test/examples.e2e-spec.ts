@@ -1,0 +1,38 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { RedisServer } from './support/redis-server.js';
+
+const run = promisify(execFile);
+const example = fileURLToPath(new URL('../examples/fenced-writes.mjs', import.meta.url));
+
+/** The README's fencing example, run as a user runs it (`npm run example:fencing`), on both stores. */
+describe('examples/fenced-writes.mjs', () => {
+  let server: RedisServer;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  it.each([
+    ['the memory store', {}],
+    ['Redis', { REDIS_URL: 'set in the test' }],
+  ])('refuses the late write of a holder that stalled past its lease, on %s', async (_store, env) => {
+    const redisEnv = 'REDIS_URL' in env ? { REDIS_URL: server.url } : {};
+    const { stdout } = await run(process.execPath, [example], {
+      env: { ...process.env, REDIS_URL: '', ...redisEnv },
+      timeout: 30_000,
+    });
+    const [a, b, wake, ledger] = stdout.trim().split('\n');
+    const fenceOf = (line: string) => Number(/fence (\d+)/.exec(line)?.[1]);
+
+    expect(fenceOf(b)).toBeGreaterThan(fenceOf(a));
+    expect(b).toMatch(/writes: accepted$/);
+    expect(wake).toMatch(/signal aborted \(LOCK_LOST, expired\); its write with fence \d+: rejected$/);
+    expect(ledger).toBe('ledger entries: ["B"]');
+  });
+});
