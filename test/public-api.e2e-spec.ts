@@ -16,6 +16,9 @@ describe("the package's public entry", () => {
       'SemaphoreTimeoutError',
       'InvalidArgumentError',
       'LockBackendError',
+      'LockLostError',
+      'currentLock',
+      'currentPermit',
     ];
 
     expect(contract.filter((name) => typeof (nestLock as Record<string, unknown>)[name] !== 'function')).toEqual([]);

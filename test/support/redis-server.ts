@@ -23,13 +23,20 @@ export class RedisServer {
   private constructor(
     readonly port: number,
     private readonly binary: string,
+    private readonly args: readonly string[],
   ) {}
 
-  /** `binary`: the redis-server to run (default: `$REDIS_SERVER`, else `redis-server` on PATH). */
-  static async start({ binary = process.env.REDIS_SERVER || 'redis-server' } = {}): Promise<RedisServer> {
+  /**
+   * `binary`: the redis-server to run (default: `$REDIS_SERVER`, else `redis-server` on PATH);
+   * `args`: more command-line options, e.g. `['--cluster-enabled', 'yes']`, kept across restarts.
+   */
+  static async start({
+    binary = process.env.REDIS_SERVER || 'redis-server',
+    args = [],
+  }: { binary?: string; args?: readonly string[] } = {}): Promise<RedisServer> {
     assertInstalled(binary);
     for (let tries = 1; ; tries++) {
-      const server = new RedisServer(await freePort(), binary);
+      const server = new RedisServer(await freePort(), binary, args);
       try {
         await server.launch();
         return server;
@@ -76,11 +83,10 @@ export class RedisServer {
   }
 
   private async launch(): Promise<void> {
-    const child = spawn(
-      this.binary,
-      ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--loglevel', 'warning'],
-      { stdio: ['ignore', 'ignore', 'pipe'] },
-    );
+    const options = ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+    const child = spawn(this.binary, [...options, '--loglevel', 'warning', ...this.args], {
+      stdio: ['ignore', 'ignore', 'pipe'],
+    });
     let stderr = '';
     child.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
     running.add(child);
