@@ -59,11 +59,13 @@ export function guardMethod<S>(
   if (typeof original !== 'function') {
     throw new TypeError(`${definition.decorator} decorates methods; ${where} is not one`);
   }
-  const serviceProperty = injectService(target, definition.service);
+  // A static method has no instance for Nest to inject into: it uses the one running service.
+  const serviceProperty = typeof target === 'function' ? undefined : injectService(target, definition.service);
   const declaredObservable = returnsObservable(target, propertyKey);
 
   function guardOf(instance: object, args: unknown[]): MethodGuard {
-    const injected = (instance as Record<symbol, S | undefined>)[serviceProperty];
+    const injected =
+      serviceProperty === undefined ? undefined : (instance as Record<symbol, S | undefined>)[serviceProperty];
     const service = injected ?? soleLiveService(definition.service);
     if (typeof service === 'number') {
       const { name } = definition.service;

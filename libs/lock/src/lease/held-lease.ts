@@ -55,7 +55,9 @@ function clockDrift(ttl: number): number {
  */
 export class HeldLease {
   private state: 'held' | 'released' | 'lost' = 'held';
-  private readonly lostController = new AbortController();
+  /** Made on first use of `signal`: most leases are released before anybody looks at it. */
+  private lostController?: AbortController;
+  private lostError?: LockLostError;
   /** `performance.now()` up to which the lease is surely still ours. */
   private validUntil: number;
   /** The lease length used by renewals: the ttl it was taken with, or the last one given to `expire()`. */
@@ -89,6 +91,10 @@ export class HeldLease {
 
   /** Aborted with a `LockLostError` once the lease is known to be lost; never by an intentional release. */
   get signal(): AbortSignal {
+    if (this.lostController === undefined) {
+      this.lostController = new AbortController();
+      if (this.lostError) this.lostController.abort(this.lostError);
+    }
     return this.lostController.signal;
   }
 
@@ -159,7 +165,8 @@ export class HeldLease {
     this.state = 'lost';
     this.watchdog.untrack(this);
     const error = new LockLostError(this.kind, this.id, this.token, this.fence, reason);
-    this.lostController.abort(error);
+    this.lostError = error;
+    this.lostController?.abort(error);
     if (this.policy.reportLoss) this.watchdog.reportLost(error);
   }
 
