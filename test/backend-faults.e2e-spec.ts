@@ -1,0 +1,293 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { Redis } from 'ioredis';
+import { LockBackendError, LockModule, LockService, SemaphoreService, WithLock } from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
+// A value import, so that `design:returntype` names Observable and the lock is taken on subscription.
+import { interval, map, Observable } from 'rxjs';
+import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
+import { freePort, RedisServer } from './support/redis-server.js';
+
+/** Short, so that a frozen server makes attempts time out (and be retried) quickly. */
+const COMMAND_TIMEOUT = 200;
+
+@Injectable()
+class PriceFeed {
+  /** Waits long for its lock: only the unsubscribe may end the wait. */
+  @WithLock('feed:{0}', { timeout: 10_000 })
+  prices(sku: string): Observable<string> {
+    return interval(50).pipe(map((tick) => `${sku}@${tick}`));
+  }
+}
+
+/**
+ * Whether the lease is given back within `ms`. A lease that a late attempt took and nobody released stays
+ * for its whole ttl (30 s here), so `ms` only has to cover a release still on its way.
+ */
+async function freedWithin(isHeld: () => Promise<boolean>, ms: number): Promise<boolean> {
+  const deadline = performance.now() + ms;
+  for (;;) {
+    if (!(await isHeld())) return true;
+    if (performance.now() >= deadline) return false;
+    await delay(50);
+  }
+}
+
+/**
+ * A wait that ends by abort after an attempt whose reply was lost must send the compensating release
+ * (issue 7, defect 3). The server is frozen (SIGSTOP) so that attempts time out on the client while the
+ * server still has them in its socket buffer; on SIGCONT it applies them, and only a release sent after
+ * them on the same connection can give the key back.
+ */
+describe('a wait that ends after an attempt whose reply was lost', () => {
+  let server: RedisServer;
+  let module: TestingModule;
+  let locks: LockService;
+  let semaphores: SemaphoreService;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server.url, commandTimeout: COMMAND_TIMEOUT })],
+      providers: [PriceFeed],
+    }).compile();
+    await module.init();
+    locks = module.get(LockService);
+    semaphores = module.get(SemaphoreService);
+  });
+  afterAll(async () => {
+    server.resume();
+    await module.close();
+    await server.stop();
+  });
+
+  /** Freezes Redis, runs `during` (which starts a wait and ends it), then thaws Redis. */
+  async function withRedisFrozen(during: () => Promise<void>): Promise<void> {
+    server.pause();
+    try {
+      await during();
+    } finally {
+      server.resume();
+    }
+  }
+
+  it('leaves no lock behind when the wait is aborted by its AbortSignal', async () => {
+    const key = uniqueKey();
+    const controller = new AbortController();
+    const reason = new Error('the client went away');
+
+    await withRedisFrozen(async () => {
+      const waiting = locks.lock(key, { timeout: 10_000, ttl: 30_000, signal: controller.signal });
+      // Several attempts have timed out by now; the deadline is far away.
+      await delay(3 * COMMAND_TIMEOUT + 100);
+      controller.abort(reason);
+      await expect(waiting).rejects.toBe(reason);
+    });
+
+    // Sent on the same connection after the late attempts, so the server has applied them when it answers.
+    await locks.isLocked(key);
+    expect(await freedWithin(() => locks.isLocked(key), 1_000)).toBe(true);
+    const next = await locks.lock(key, { timeout: 0 });
+    expect(await next.unlock()).toBe(true);
+  });
+
+  it('leaves no permit behind when the wait for a permit is aborted by its AbortSignal', async () => {
+    const name = uniqueKey('sem');
+    const controller = new AbortController();
+
+    await withRedisFrozen(async () => {
+      const waiting = semaphores.acquire(name, 1, { timeout: 10_000, ttl: 30_000, signal: controller.signal });
+      await delay(3 * COMMAND_TIMEOUT + 100);
+      controller.abort(new Error('the client went away'));
+      await expect(waiting).rejects.toThrow('the client went away');
+    });
+
+    await semaphores.count(name);
+    expect(await freedWithin(async () => (await semaphores.count(name)) > 0, 1_000)).toBe(true);
+    const next = await semaphores.acquire(name, 1, { timeout: 0 });
+    expect(await next.release()).toBe(true);
+  });
+
+  it('leaves no lock behind when an Observable of a @WithLock method is unsubscribed while it waits', async () => {
+    const sku = uniqueKey('sku');
+    const feed = module.get(PriceFeed);
+
+    await withRedisFrozen(async () => {
+      const subscription = feed.prices(sku).subscribe({ error: () => undefined });
+      await delay(3 * COMMAND_TIMEOUT + 100);
+      subscription.unsubscribe();
+      // The attempt in flight times out too, and the wait ends, before the server wakes up.
+      await delay(2 * COMMAND_TIMEOUT + 100);
+    });
+
+    await locks.isLocked(`feed:${sku}`);
+    expect(await freedWithin(() => locks.isLocked(`feed:${sku}`), 1_000)).toBe(true);
+    const next = await locks.lock(`feed:${sku}`, { timeout: 0 });
+    expect(await next.unlock()).toBe(true);
+  });
+
+  it('leaves no lock behind when the wait ends at its deadline (the path that already releases)', async () => {
+    const key = uniqueKey();
+
+    await withRedisFrozen(async () => {
+      const error = await locks.lock(key, { timeout: 3 * COMMAND_TIMEOUT, ttl: 30_000 }).catch((e: unknown) => e);
+      expect(error).toBeInstanceOf(LockBackendError);
+    });
+
+    await locks.isLocked(key);
+    expect(await freedWithin(() => locks.isLocked(key), 1_000)).toBe(true);
+  });
+});
+
+/**
+ * A reply error that retrying cannot fix rejects at once with BACKEND_ERROR, naming the key and the
+ * server's message; transient ones are retried until the deadline like an outage (issue 7, defect 4).
+ */
+describe('reply errors from Redis', () => {
+  let server: RedisServer;
+  let app: LockApp;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    app = await bootLockModule({ redis: server.url, commandTimeout: COMMAND_TIMEOUT });
+    redis = new Redis(server.url);
+  });
+  afterAll(async () => {
+    redis.disconnect();
+    await closeLockApp(app);
+    await server.stop();
+  });
+
+  describe('that retrying cannot fix', () => {
+    it('rejects lock() at once with BACKEND_ERROR when a hash sits at the lock key', async () => {
+      const key = uniqueKey('order');
+      await redis.hset(`lock:{${key}}`, 'owner', 'someone else');
+      const started = performance.now();
+
+      const error = await app.locks.lock(key, { timeout: 5_000 }).catch((e: unknown) => e);
+
+      expect(error).toBeInstanceOf(LockBackendError);
+      expect(error).toMatchObject({ code: 'BACKEND_ERROR', key });
+      expect((error as Error).message).toContain(key);
+      expect((error as Error).message).toContain('WRONGTYPE');
+      expect(performance.now() - started).toBeLessThan(2_500);
+      expect(await redis.hget(`lock:{${key}}`, 'owner')).toBe('someone else');
+    });
+
+    it('rejects acquire() at once with BACKEND_ERROR when a string sits at the semaphore key', async () => {
+      const name = uniqueKey('reports');
+      await redis.set(`lock:sem:{${name}}`, 'not a sorted set');
+      const started = performance.now();
+
+      const error = await app.semaphores.acquire(name, 2, { timeout: 5_000 }).catch((e: unknown) => e);
+
+      expect(error).toBeInstanceOf(LockBackendError);
+      expect(error).toMatchObject({ code: 'BACKEND_ERROR', key: name });
+      expect((error as Error).message).toContain(name);
+      expect((error as Error).message).toContain('WRONGTYPE');
+      expect(performance.now() - started).toBeLessThan(2_500);
+      expect(await redis.get(`lock:sem:{${name}}`)).toBe('not a sorted set');
+    });
+
+    it('reports the same error with BACKEND_ERROR from single commands (unlock, expire, count)', async () => {
+      const key = uniqueKey('order');
+      const name = uniqueKey('reports');
+      await redis.hset(`lock:{${key}}`, 'owner', 'someone else');
+      await redis.set(`lock:sem:{${name}}`, 'not a sorted set');
+
+      const codes = {
+        unlock: await app.locks.unlock(key, 'token').catch((e: { code?: string }) => e.code),
+        expire: await app.locks.expire(key, 'token', 1_000).catch((e: { code?: string }) => e.code),
+        count: await app.semaphores.count(name).catch((e: { code?: string }) => e.code),
+      };
+
+      expect(codes).toEqual({ unlock: 'BACKEND_ERROR', expire: 'BACKEND_ERROR', count: 'BACKEND_ERROR' });
+    });
+
+    it('rejects at once with BACKEND_ERROR when the ACL user may not touch the lock key (NOPERM)', async () => {
+      await redis.acl('SETUSER', 'orders-only', 'on', '>secret', '~order:*', '&*', '+@all');
+      const limited = await bootLockModule({
+        redis: `redis://orders-only:secret@127.0.0.1:${server.port}`,
+        commandTimeout: COMMAND_TIMEOUT,
+      });
+      try {
+        const key = uniqueKey('order');
+        const started = performance.now();
+
+        const error = await limited.locks.lock(key, { timeout: 3_000 }).catch((e: unknown) => e);
+
+        expect(error).toMatchObject({ code: 'BACKEND_ERROR', key });
+        expect((error as Error).message).toContain('NOPERM');
+        expect(performance.now() - started).toBeLessThan(2_500);
+      } finally {
+        await closeLockApp(limited);
+      }
+    });
+  });
+
+  describe('that are transient', () => {
+    it('retries through BUSY (a slow script) and takes the lock once the server answers again', async () => {
+      const key = uniqueKey('order');
+      await redis.config('SET', 'busy-reply-threshold', '100');
+      const runner = new Redis(server.url);
+      const killer = new Redis(server.url);
+      try {
+        const slowScript = runner.eval('while true do end', 0).catch((e: unknown) => e);
+        await delay(200);
+        // Proof that the server is answering BUSY now, not just slowly.
+        expect(String(await killer.set('probe', '1').catch((e: unknown) => e))).toContain('BUSY');
+
+        const waiting = app.locks.lock(key, { timeout: 5_000 });
+        await delay(500);
+        await killer.script('KILL');
+        await slowScript;
+
+        const lock = await waiting;
+        expect(lock.elapsed).toBeGreaterThan(0);
+        expect(await lock.unlock()).toBe(true);
+      } finally {
+        runner.disconnect();
+        killer.disconnect();
+        await redis.config('SET', 'busy-reply-threshold', '5000');
+      }
+    });
+
+    it('retries through READONLY (the server became a replica) and takes the lock once it is a master again', async () => {
+      const key = uniqueKey('order');
+      // A master that nothing listens for: the server stays a read-only replica, its data kept.
+      await redis.replicaof('127.0.0.1', String(await freePort()));
+      try {
+        expect(String(await redis.set('probe', '1').catch((e: unknown) => e))).toContain('READONLY');
+
+        const waiting = app.locks.lock(key, { timeout: 5_000 });
+        await delay(500);
+        await redis.replicaof('NO', 'ONE');
+
+        const lock = await waiting;
+        expect(lock.elapsed).toBeGreaterThan(0);
+        expect(await lock.unlock()).toBe(true);
+      } finally {
+        await redis.replicaof('NO', 'ONE');
+      }
+    });
+
+    it('reports a stopped server as BACKEND_UNAVAILABLE within the timeout, not BACKEND_ERROR', async () => {
+      const stopped = await RedisServer.start();
+      const unreachable = await bootLockModule({ redis: stopped.url, commandTimeout: COMMAND_TIMEOUT });
+      await stopped.stop();
+      try {
+        const started = performance.now();
+        const error = await unreachable.locks.lock(uniqueKey(), { timeout: 500 }).catch((e: unknown) => e);
+
+        expect(error).toBeInstanceOf(LockBackendError);
+        expect(error).toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+        expect(performance.now() - started).toBeGreaterThanOrEqual(450);
+        expect(performance.now() - started).toBeLessThan(500 + 2_000);
+      } finally {
+        await closeLockApp(unreachable);
+      }
+    });
+  });
+});

@@ -1,0 +1,278 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { LockStore, RedisStore } from 'nest-lock';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
+import { bootLockModule, closeLockApp, type LockApp } from './support/lock-app.js';
+import { RedisServer } from './support/redis-server.js';
+
+/** What this file needs of the store: `RedisStore#keysOf`, every Redis key one lock or semaphore touches. */
+interface KeyLayout {
+  keysOf(kind: 'lock' | 'semaphore', id: string): string[];
+}
+type Kind = Parameters<KeyLayout['keysOf']>[0];
+const KINDS: Kind[] = ['lock', 'semaphore'];
+
+/**
+ * Keys whose braces could move or empty the hash tag (issue 7, defect 7), keys already holding a tag,
+ * keys that spell another key's companion or a semaphore's key, and unicode and very long ones.
+ * The empty key is left out: it is INVALID_ARGUMENT.
+ */
+const TRICKY_KEYS = [
+  '}',
+  '}abc',
+  '{',
+  '{}',
+  '}{',
+  '{{}}',
+  'a{}b',
+  'a}b{c',
+  '{tag}rest',
+  '{}{tag}',
+  'x{y}z{w}',
+  'user:{42}:profile',
+  'a',
+  '{a}',
+  'a}',
+  'a}:fence',
+  '{a}:fence',
+  ':fence',
+  'n',
+  'sem:{n}',
+  'sem:n',
+  '🔒',
+  '{🔒}',
+  'ключ{}',
+  '\u00e9',
+  'e\u0301',
+  'nul\0byte',
+  'line\nbreak',
+  'glob*?[x]',
+  ' ',
+  'x'.repeat(10_000),
+  `{${'y'.repeat(5_000)}}`,
+];
+
+/** The tag Redis hashes: between the first `{` and the first `}` after it, if not empty; else the whole key. */
+function hashTagOf(redisKey: string): string | undefined {
+  const open = redisKey.indexOf('{');
+  const close = redisKey.indexOf('}', open + 1);
+  return open >= 0 && close > open + 1 ? redisKey.slice(open + 1, close) : undefined;
+}
+
+async function keySlots(node: Redis, redisKeys: string[]): Promise<number[]> {
+  const pipeline = node.pipeline();
+  for (const redisKey of redisKeys) pipeline.call('CLUSTER', 'KEYSLOT', redisKey);
+  const replies = (await pipeline.exec()) ?? [];
+  return replies.map(([error, slot]) => {
+    if (error) throw error;
+    return Number(slot);
+  });
+}
+
+async function scanAll(redis: Redis): Promise<string[]> {
+  const found: string[] = [];
+  let cursor = '0';
+  for (let rounds = 0; rounds < 1_000; rounds++) {
+    const [next, keys] = await redis.scan(cursor, 'COUNT', 1_000);
+    found.push(...keys);
+    cursor = next;
+    if (cursor === '0') return found;
+  }
+  throw new Error('SCAN did not finish in 1,000 rounds');
+}
+
+/**
+ * Every Redis key of one lock or semaphore is in one cluster slot, whatever braces the user key holds;
+ * distinct user keys never share a Redis key; checked against a real server's CLUSTER KEYSLOT.
+ */
+describe('the Redis key layout', () => {
+  let configDir: string;
+  /** `--cluster-enabled yes`, owning every slot: its KEYSLOT is the truth, and it refuses CROSSSLOT scripts. */
+  let clusterNode: RedisServer;
+  let cluster: Redis;
+  let server: RedisServer;
+  let redis: Redis;
+  let app: LockApp;
+  let prefixedApp: LockApp;
+
+  beforeAll(async () => {
+    configDir = await mkdtemp(join(tmpdir(), 'nest-lock-cluster-'));
+    clusterNode = await RedisServer.start({
+      args: ['--cluster-enabled', 'yes', '--cluster-config-file', join(configDir, 'nodes.conf')],
+    });
+    cluster = new Redis(clusterNode.url);
+    await cluster.call('CLUSTER', 'ADDSLOTSRANGE', '0', '16383');
+    server = await RedisServer.start();
+    redis = new Redis(server.url);
+    app = await bootLockModule({ redis: server.url });
+    prefixedApp = await bootLockModule({ redis: server.url, keyPrefix: 'jobs:' });
+  });
+  afterAll(async () => {
+    await closeLockApp(prefixedApp);
+    await closeLockApp(app);
+    redis?.disconnect();
+    await server?.stop();
+    cluster?.disconnect();
+    await clusterNode?.stop();
+    if (configDir) await rm(configDir, { recursive: true, force: true });
+  });
+
+  function layoutOf(lockApp: LockApp): KeyLayout {
+    const store = lockApp.module.get<KeyLayout>(LockStore);
+    expect(store).toBeInstanceOf(RedisStore);
+    return store;
+  }
+
+  describe('in a cluster', () => {
+    it.each([
+      ['the default prefix', 'lock:'],
+      ['the prefix jobs:', 'jobs:'],
+    ])('puts every key of a lock, and of a semaphore, in one slot (CLUSTER KEYSLOT), with %s', async (_, prefix) => {
+      const layout = layoutOf(prefix === 'lock:' ? app : prefixedApp);
+      const split: { kind: Kind; key: string; slots: Record<string, number> }[] = [];
+      for (const kind of KINDS) {
+        for (const key of TRICKY_KEYS) {
+          const redisKeys = layout.keysOf(kind, key);
+          // The lease (lock key or permit set) and its fence counter, at least.
+          expect(redisKeys.length).toBeGreaterThanOrEqual(2);
+          expect(redisKeys.filter((redisKey) => !redisKey.startsWith(prefix))).toEqual([]);
+          const slots = await keySlots(cluster, redisKeys);
+          if (new Set(slots).size !== 1) {
+            split.push({ kind, key, slots: Object.fromEntries(redisKeys.map((redisKey, i) => [redisKey, slots[i]])) });
+          }
+        }
+      }
+
+      expect(split).toEqual([]);
+    });
+
+    it('control: the plain layout would split the lock "}abc" and its fence counter over two slots', async () => {
+      const [lockKey, fenceCounter] = await keySlots(cluster, ['lock:{}abc}', 'lock:{}abc}:fence']);
+
+      expect(lockKey).not.toBe(fenceCounter);
+    });
+
+    it("asks the server, because ioredis's client-side slot function disagrees with it for such keys", async () => {
+      const require = createRequire(import.meta.url);
+      const clientSideSlot = require('cluster-key-slot') as (key: string) => number;
+      const [serverSlot] = await keySlots(cluster, ['lock:{}abc}']);
+
+      expect(clientSideSlot('lock:{}abc}')).not.toBe(serverSlot);
+    });
+
+    it('locks and gives back every tricky key, and a semaphore of every tricky name, on a one-node cluster', async () => {
+      const deadline = performance.now() + 10_000;
+      while (!String(await cluster.call('CLUSTER', 'INFO')).includes('cluster_state:ok')) {
+        if (performance.now() > deadline) throw new Error('the one-node cluster did not reach cluster_state:ok');
+        await delay(100);
+      }
+      const onCluster = await bootLockModule({ redis: clusterNode.url });
+      try {
+        const failures: Record<string, string> = {};
+        for (const key of TRICKY_KEYS) {
+          try {
+            const lock = await onCluster.locks.lock(key, { timeout: 0 });
+            expect(await onCluster.locks.tryLock(key)).toBeNull();
+            expect(await lock.unlock()).toBe(true);
+            const permit = await onCluster.semaphores.acquire(key, 1, { timeout: 0 });
+            expect(await onCluster.semaphores.count(key)).toBe(1);
+            expect(await permit.release()).toBe(true);
+          } catch (error) {
+            failures[JSON.stringify(key).slice(0, 40)] = String(error);
+          }
+        }
+
+        expect(failures).toEqual({});
+      } finally {
+        await closeLockApp(onCluster);
+      }
+    });
+  });
+
+  describe('for distinct keys', () => {
+    it('never maps two user keys, or a lock and a semaphore, to the same Redis key', () => {
+      const layout = layoutOf(app);
+      // Hash tags the layout itself makes (digests) are user keys too: none may land on another key's layout.
+      const tags = TRICKY_KEYS.flatMap((key) => layout.keysOf('lock', key).map(hashTagOf));
+      const keys = [...new Set([...TRICKY_KEYS, ...tags.filter((tag): tag is string => tag !== undefined)])];
+
+      const owners = new Map<string, string[]>();
+      for (const kind of KINDS) {
+        for (const key of keys) {
+          for (const redisKey of layout.keysOf(kind, key)) {
+            owners.set(redisKey, [...(owners.get(redisKey) ?? []), `${kind} ${JSON.stringify(key).slice(0, 40)}`]);
+          }
+        }
+      }
+
+      expect([...owners.values()].filter((users) => users.length > 1)).toEqual([]);
+    });
+
+    it('gives the same keys for the same user key every time, and keeps a key that already holds a tag apart', () => {
+      const layout = layoutOf(app);
+
+      expect(layout.keysOf('lock', '{tag}rest')).toEqual(layout.keysOf('lock', '{tag}rest'));
+      expect(layout.keysOf('lock', 'user:{42}:profile')).not.toEqual(layout.keysOf('lock', 'user:{43}:profile'));
+      expect(layout.keysOf('lock', '{tag}rest')).not.toEqual(layout.keysOf('lock', 'tag'));
+      // Keys without braces keep the documented layout, so existing locks need no migration.
+      expect(layout.keysOf('lock', 'a')).toContain('lock:{a}');
+      expect(layout.keysOf('semaphore', 'reports')).toContain('lock:sem:{reports}');
+    });
+  });
+
+  describe('on a plain server', () => {
+    it('locks every tricky key for one owner at a time, and semaphores of every tricky name', async () => {
+      const other = await bootLockModule({ redis: server.url });
+      try {
+        for (const key of TRICKY_KEYS) {
+          const lock = await app.locks.lock(key, { timeout: 0 });
+          expect(await other.locks.tryLock(key)).toBeNull();
+          expect(await app.locks.isLocked(key)).toBe(true);
+          expect(await lock.unlock()).toBe(true);
+          expect(await other.locks.isLocked(key)).toBe(false);
+
+          const permit = await app.semaphores.acquire(key, 1, { timeout: 0 });
+          expect(await other.semaphores.tryAcquire(key, 1)).toBeNull();
+          expect(await permit.release()).toBe(true);
+          expect(await other.semaphores.count(key)).toBe(0);
+        }
+      } finally {
+        await closeLockApp(other);
+      }
+    });
+
+    it('writes no Redis key that keysOf does not name, and the lease is among them', async () => {
+      const layout = layoutOf(app);
+      const strays: Record<string, string[]> = {};
+      for (const key of TRICKY_KEYS) {
+        const label = JSON.stringify(key).slice(0, 40);
+
+        await redis.flushall();
+        const lock = await app.locks.lock(key, { timeout: 0 });
+        const lockKeys = await scanAll(redis);
+        const tokens = await Promise.all(lockKeys.map((redisKey) => redis.get(redisKey).catch(() => null)));
+        expect(tokens).toContain(lock.token);
+        await lock.unlock();
+        const lockStrays = lockKeys.filter((redisKey) => !layout.keysOf('lock', key).includes(redisKey));
+        if (lockStrays.length > 0) strays[`lock ${label}`] = lockStrays;
+
+        await redis.flushall();
+        const permit = await app.semaphores.acquire(key, 2, { timeout: 0 });
+        const semaphoreKeys = await scanAll(redis);
+        const holders = await Promise.all(
+          semaphoreKeys.map((redisKey) => redis.zscore(redisKey, permit.token).catch(() => null)),
+        );
+        expect(holders.some((score) => score !== null)).toBe(true);
+        await permit.release();
+        const semaphoreStrays = semaphoreKeys.filter((redisKey) => !layout.keysOf('semaphore', key).includes(redisKey));
+        if (semaphoreStrays.length > 0) strays[`semaphore ${label}`] = semaphoreStrays;
+      }
+
+      expect(strays).toEqual({});
+    });
+  });
+});

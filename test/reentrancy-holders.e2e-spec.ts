@@ -1,0 +1,286 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { Injectable } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import {
+  LockModule,
+  LockService,
+  LockTimeoutError,
+  Semaphore,
+  SemaphoreService,
+  SemaphoreTimeoutError,
+  WithLock,
+} from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
+import { deferred } from './support/deferred.js';
+import { type LockApp, STORE_KINDS, uniqueKey } from './support/lock-app.js';
+import { RedisServer } from './support/redis-server.js';
+
+/** Fixed by the decorator at class definition; every test that uses it waits until its permit is given back. */
+const EXPORTS_SEMAPHORE = 'reentrancy-holders.exports';
+
+const unfinished = new Set<Straggler>();
+
+/** A nested call that the test starts, does not await, and lets finish when it chooses. */
+class Straggler {
+  private readonly running = deferred();
+  private readonly allowedToFinish = deferred();
+  /** Resolves once the nested call runs. */
+  readonly started = this.running.promise;
+
+  constructor() {
+    unfinished.add(this);
+  }
+
+  /** The nested call's body: it runs until `finish()`. */
+  async run(): Promise<void> {
+    this.running.resolve();
+    await this.allowedToFinish.promise;
+  }
+
+  finish(): void {
+    unfinished.delete(this);
+    this.allowedToFinish.resolve();
+  }
+}
+
+// A test that failed half-way must not leave a holder running (and renewing) into the next one.
+afterEach(() => {
+  for (const straggler of unfinished) straggler.finish();
+});
+
+@Injectable()
+class ReportJobs {
+  @WithLock('report:{0}')
+  async write(id: string, straggler: Straggler): Promise<void> {
+    await straggler.run();
+  }
+
+  /** Starts `write` on its own key like an event listener would, and returns without waiting for it. */
+  @WithLock('report:{0}')
+  async plan(id: string, straggler: Straggler, running: Promise<void>[]): Promise<void> {
+    running.push(this.write(id, straggler));
+  }
+
+  @Semaphore(1, { name: EXPORTS_SEMAPHORE })
+  async export(straggler: Straggler): Promise<void> {
+    await straggler.run();
+  }
+}
+
+async function bootApp(redis: string | undefined): Promise<LockApp> {
+  const module = await Test.createTestingModule({
+    imports: [LockModule.forRoot(redis === undefined ? {} : { redis })],
+    providers: [ReportJobs],
+  }).compile();
+  await module.init();
+  return { locks: module.get(LockService), semaphores: module.get(SemaphoreService), module };
+}
+
+/**
+ * Re-entrancy counts holders: a nested withLock / withPermit / decorated call on the same key that is
+ * started and not awaited still holds the lease after the outer block returned, and the lease is given
+ * back when the last holder is done (issue 7, section 1, defect 1).
+ */
+describe.each(STORE_KINDS)('holders of one lease on the %s store', (kind) => {
+  let server: RedisServer | undefined;
+  let app: LockApp;
+  /** On Redis, a second application on the same server: another process, as far as the lock can tell. */
+  let otherApp: LockApp | undefined;
+  let jobs: ReportJobs;
+
+  beforeAll(async () => {
+    server = kind === 'redis' ? await RedisServer.start() : undefined;
+    app = await bootApp(server?.url);
+    otherApp = server ? await bootApp(server.url) : undefined;
+    jobs = app.module.get(ReportJobs);
+  });
+  afterAll(async () => {
+    await otherApp?.module.close();
+    await app?.module.close();
+    await server?.stop();
+  });
+
+  /** Called from the test body: a call chain other than the one that holds the lease. */
+  async function expectLockKeptFromOthers(key: string): Promise<void> {
+    const entered = app.locks.withLock(key, () => 'another chain entered', { timeout: 0 });
+    await expect(entered).rejects.toBeInstanceOf(LockTimeoutError);
+    if (otherApp) expect(await otherApp.locks.tryLock(key)).toBeNull();
+    expect(await app.locks.isLocked(key)).toBe(true);
+  }
+
+  async function expectPermitKeptFromOthers(name: string): Promise<void> {
+    const entered = app.semaphores.withPermit(name, 1, () => 'another chain entered', { timeout: 0 });
+    await expect(entered).rejects.toBeInstanceOf(SemaphoreTimeoutError);
+    if (otherApp) expect(await otherApp.semaphores.tryAcquire(name, 1)).toBeNull();
+    expect(await app.semaphores.count(name)).toBe(1);
+  }
+
+  describe('locks', () => {
+    it('keeps the lock for a nested withLock that outlives the outer block, and frees it after that one', async () => {
+      const key = uniqueKey('report');
+      const nested = new Straggler();
+      let nestedRun!: Promise<string>;
+
+      const outerToken = await app.locks.withLock(key, (outer) => {
+        nestedRun = app.locks.withLock(key, async (inner) => {
+          await nested.run();
+          return inner.token;
+        });
+        return outer.token;
+      });
+      await nested.started;
+
+      await expectLockKeptFromOthers(key);
+      nested.finish();
+      expect(await nestedRun).toBe(outerToken);
+      expect(await app.locks.isLocked(key)).toBe(false);
+    });
+
+    it('renews the lease while only the nested holder is left, past the ttl the outer block took', async () => {
+      const key = uniqueKey('report');
+      const nested = new Straggler();
+      let nestedRun!: Promise<void>;
+
+      await app.locks.withLock(
+        key,
+        () => {
+          nestedRun = app.locks.withLock(key, () => nested.run());
+        },
+        { ttl: 300 },
+      );
+      await delay(900);
+
+      await expectLockKeptFromOthers(key);
+      nested.finish();
+      await nestedRun;
+      expect(await app.locks.isLocked(key)).toBe(false);
+    });
+
+    it('gives the lease back when the last holder fails', async () => {
+      const key = uniqueKey('report');
+      const nested = new Straggler();
+      let nestedRun!: Promise<never>;
+
+      await app.locks.withLock(key, () => {
+        nestedRun = app.locks.withLock(key, async () => {
+          await nested.run();
+          throw new Error('the report could not be written');
+        });
+      });
+      // Handled from here on, so that a failure before the end leaves no unhandled rejection behind.
+      nestedRun.catch(() => undefined);
+      await nested.started;
+
+      await expectLockKeptFromOthers(key);
+      nested.finish();
+      await expect(nestedRun).rejects.toThrow('the report could not be written');
+      expect(await app.locks.isLocked(key)).toBe(false);
+    });
+
+    it('keeps the lock for a @WithLock method on the same key started inside withLock and not awaited', async () => {
+      const id = uniqueKey();
+      const nested = new Straggler();
+      let nestedRun!: Promise<void>;
+
+      await app.locks.withLock(`report:${id}`, () => {
+        nestedRun = jobs.write(id, nested);
+      });
+      await nested.started;
+
+      await expectLockKeptFromOthers(`report:${id}`);
+      nested.finish();
+      await nestedRun;
+      expect(await app.locks.isLocked(`report:${id}`)).toBe(false);
+    });
+
+    it('keeps the lock for a @WithLock method that a @WithLock method on the same key fired and forgot', async () => {
+      const id = uniqueKey();
+      const nested = new Straggler();
+      const running: Promise<void>[] = [];
+
+      await jobs.plan(id, nested, running);
+      await nested.started;
+
+      await expectLockKeptFromOthers(`report:${id}`);
+      nested.finish();
+      await Promise.all(running);
+      expect(await app.locks.isLocked(`report:${id}`)).toBe(false);
+    });
+
+    it('does not let a continuation that runs after the last holder reuse the given-back lease', async () => {
+      const key = uniqueKey('report');
+      const nested = new Straggler();
+      const otherOwnerHolds = deferred();
+      const keyIsFree = deferred();
+      const whileHeldByOther = deferred<unknown>();
+      const whileFree = deferred<unknown>();
+      let nestedRun!: Promise<void>;
+
+      const outerToken = await app.locks.withLock(key, (outer) => {
+        nestedRun = app.locks.withLock(key, async () => {
+          await nested.run();
+          // Reactions registered here run later in this same call chain, after the lease was given back.
+          void otherOwnerHolds.promise.then(() =>
+            whileHeldByOther.resolve(
+              app.locks.withLock(key, () => 'entered beside the owner', { timeout: 0 }).catch((e: unknown) => e),
+            ),
+          );
+          void keyIsFree.promise.then(() =>
+            whileFree.resolve(app.locks.withLock(key, (lock) => lock.token, { timeout: 0 })),
+          );
+        });
+        return outer.token;
+      });
+      nested.finish();
+      await nestedRun;
+      expect(await app.locks.isLocked(key)).toBe(false);
+
+      const otherOwner = await app.locks.lock(key, { timeout: 0 });
+      otherOwnerHolds.resolve();
+      expect(await whileHeldByOther.promise).toBeInstanceOf(LockTimeoutError);
+      expect(await otherOwner.unlock()).toBe(true);
+
+      keyIsFree.resolve();
+      const freshToken = await whileFree.promise;
+      expect(freshToken).not.toBe(outerToken);
+      expect(await app.locks.isLocked(key)).toBe(false);
+    });
+  });
+
+  describe('semaphores', () => {
+    it('keeps the permit for a nested withPermit that outlives the outer block, and frees it after that one', async () => {
+      const name = uniqueKey('exports');
+      const nested = new Straggler();
+      let nestedRun!: Promise<string>;
+
+      const outerToken = await app.semaphores.withPermit(name, 1, (outer) => {
+        nestedRun = app.semaphores.withPermit(name, 1, async (inner) => {
+          await nested.run();
+          return inner.token;
+        });
+        return outer.token;
+      });
+      await nested.started;
+
+      await expectPermitKeptFromOthers(name);
+      nested.finish();
+      expect(await nestedRun).toBe(outerToken);
+      expect(await app.semaphores.count(name)).toBe(0);
+    });
+
+    it('keeps the permit for a @Semaphore method of the same name started inside withPermit and not awaited', async () => {
+      const nested = new Straggler();
+      let nestedRun!: Promise<void>;
+
+      await app.semaphores.withPermit(EXPORTS_SEMAPHORE, 1, () => {
+        nestedRun = jobs.export(nested);
+      });
+      await nested.started;
+
+      await expectPermitKeptFromOthers(EXPORTS_SEMAPHORE);
+      nested.finish();
+      await nestedRun;
+      expect(await app.semaphores.count(EXPORTS_SEMAPHORE)).toBe(0);
+    });
+  });
+});
