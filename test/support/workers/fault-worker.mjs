@@ -1,0 +1,321 @@
+// A child process of the fault suite and the fencing test. Its loops take leases over and over and
+// record every hold (token, fence, when it was requested, granted, valid until, released or lost) so
+// that test/support/history.ts can check the history afterwards.
+//
+// usage: node fault-worker.mjs '<config as JSON>'
+//
+// Modes:
+// - lock: `loops` loops, each holding one of `keys` at a time through
+//   `withLock(key, fn, { ttl, autoExtend: true })`, plus one loop on `slowKey` whose sections outlive
+//   the ttl (so that renewals are in flight whenever a fault hits). Under each lock the loop does one
+//   unit of fenced work against the `resourceUrl` server, which the suite never faults: it takes a
+//   unit from the key's queue, works `sectionMs`, and writes it with its fence; the resource refuses a
+//   fence lower than the highest it has seen for that key and the unit goes back in the queue.
+// - broken: the control. A bare `lock()` without renewal, released by a raw `DEL` of the lock's Redis
+//   key (no token check), and every `longEvery`-th section outlives the ttl.
+// - semaphore: `loops` loops, each holding a permit of one of `keys` (limit `limit`) through
+//   `withPermit(name, limit, fn, { ttl, autoExtend: true })`; no fenced work.
+// Records go to lists on the resource server as they happen, so that a SIGKILLed worker leaves every
+// completed hold behind. The worker prints {"ready":true} once connected and a summary line at the end;
+// it stops when the key `<run>:stop` appears on the resource server.
+//
+// - fence: `loops` loops in this process take `key` `count` times in all through `withLock`; each
+//   holder RPUSHes its fence to `listKey` on the LOCK server while it holds the lock, so that the list
+//   is in the order the server granted the lock. Prints one JSON line, {fences}, at the end.
+import { NestFactory } from '@nestjs/core';
+import { Redis } from 'ioredis';
+import { setTimeout as delay } from 'node:timers/promises';
+import { LockModule, LockService, LockStore, SemaphoreService } from '../../../libs/lock/dist/index.js';
+
+const config = JSON.parse(process.argv[2]);
+const summary = {
+  pid: process.pid,
+  holds: 0,
+  lost: {},
+  errors: {},
+  unexpected: [],
+  unhandledRejections: 0,
+  lostHookCalls: 0,
+  abortsAfterRelease: 0,
+  appliedWrites: 0,
+  rejectedWrites: 0,
+};
+process.on('unhandledRejection', (reason) => {
+  summary.unhandledRejections++;
+  summary.unexpected.push(`unhandled rejection: ${describeError(reason)}`);
+});
+
+const app = await NestFactory.createApplicationContext(
+  LockModule.forRoot({
+    redis: config.lockUrl,
+    ...withoutUndefined({ commandTimeout: config.commandTimeout }),
+    defaults: withoutUndefined({ ttl: config.ttl, timeout: config.timeout, maxStep: config.maxStep }),
+    // Not in fence mode, which needs nothing but fences.
+    ...(config.mode === 'fence' ? {} : { onLockLost: () => summary.lostHookCalls++ }),
+  }),
+  { logger: false },
+);
+const locks = app.get(LockService);
+const semaphores = app.get(SemaphoreService);
+
+if (config.mode === 'fence') await runFenceMode();
+else await runFaultMode();
+
+async function runFenceMode() {
+  const lockServer = new Redis(config.lockUrl);
+  const fences = [];
+  let remaining = config.count;
+  await Promise.all(
+    Array.from({ length: config.loops }, async () => {
+      while (remaining > 0) {
+        remaining--;
+        await locks.withLock(
+          config.key,
+          async (lock) => {
+            fences.push(lock.fence);
+            await lockServer.rpush(config.listKey, String(lock.fence));
+          },
+          { timeout: 60_000 },
+        );
+      }
+    }),
+  );
+  lockServer.disconnect();
+  await app.close();
+  process.stdout.write(`${JSON.stringify({ fences })}\n`);
+}
+
+async function runFaultMode() {
+  const { run, mode } = config;
+  const resource = new Redis(config.resourceUrl);
+  // Outside the library, on the lock server: only the broken mode uses it, for its raw DEL.
+  const lockServer = mode === 'broken' ? new Redis(config.lockUrl, { maxRetriesPerRequest: 1 }) : undefined;
+  defineResourceScripts(resource);
+
+  const stopping = new AbortController();
+  // Holds whose lease was given back: an abort after that is a signal aborted by an intentional release.
+  const settledHolds = new WeakSet();
+  const stopPoll = setInterval(() => {
+    resource.exists(`${run}:stop`).then(
+      (stop) => {
+        if (stop) stopping.abort();
+      },
+      () => undefined,
+    );
+  }, 50);
+
+  process.stdout.write(`${JSON.stringify({ ready: true, pid: process.pid })}\n`);
+
+  const loops = Array.from({ length: config.loops }, (_, loop) => runLoop(loop, () => pick(config.keys)));
+  if (mode === 'lock' && config.slowKey) loops.push(runLoop(config.loops, () => config.slowKey, config.slowSectionMs));
+  await Promise.all(loops);
+
+  clearInterval(stopPoll);
+  await app.close();
+  lockServer?.disconnect();
+  await resource.hset(`${run}:summaries`, String(process.pid), JSON.stringify(summary));
+  resource.disconnect();
+  process.stdout.write(`${JSON.stringify(summary)}\n`);
+
+  async function runLoop(loop, nextKey, sectionMs) {
+    for (let section = 1; !stopping.signal.aborted; section++) {
+      const key = nextKey();
+      try {
+        if (mode === 'semaphore') await holdPermit(loop, key);
+        else if (mode === 'broken') await holdBrokenLock(loop, key, section);
+        else await holdLock(loop, key, sectionMs ?? config.sectionMs);
+      } catch (error) {
+        if (stopping.signal.aborted) break;
+        count(summary.errors, error?.code ?? 'OTHER');
+        if (!['LOCK_TIMEOUT', 'SEMAPHORE_TIMEOUT', 'BACKEND_UNAVAILABLE'].includes(error?.code)) {
+          summary.unexpected.push(describeError(error));
+        }
+        // Redis is away: do not spin.
+        await delay(20);
+      }
+    }
+  }
+
+  async function holdLock(loop, key, sectionMs) {
+    const requestedAt = Date.now();
+    let hold;
+    try {
+      await locks.withLock(
+        key,
+        async (lock) => {
+          hold = startHold(loop, key, 'lock', lock, requestedAt);
+          try {
+            await fencedWork(hold, lock, sectionMs);
+          } finally {
+            hold.releasedAt = Date.now();
+          }
+        },
+        { ttl: config.ttl, autoExtend: true, signal: stopping.signal },
+      );
+    } finally {
+      if (hold) await finishHold(hold);
+    }
+  }
+
+  async function holdPermit(loop, name) {
+    const requestedAt = Date.now();
+    let hold;
+    try {
+      await semaphores.withPermit(
+        name,
+        config.limit,
+        async (permit) => {
+          hold = startHold(loop, name, 'semaphore', permit, requestedAt);
+          hold.limit = config.limit;
+          await delay(config.sectionMs);
+          sampleValidity(hold, permit);
+          hold.releasedAt = Date.now();
+        },
+        { ttl: config.ttl, autoExtend: true, signal: stopping.signal },
+      );
+    } finally {
+      if (hold) await finishHold(hold);
+    }
+  }
+
+  async function holdBrokenLock(loop, key, section) {
+    const requestedAt = Date.now();
+    const lock = await locks.lock(key, { ttl: config.ttl, signal: stopping.signal });
+    const hold = startHold(loop, key, 'lock', lock, requestedAt);
+    const sectionMs = section % config.longEvery === 0 ? config.ttl * 1.5 : config.sectionMs;
+    try {
+      await fencedWork(hold, lock, sectionMs);
+    } finally {
+      hold.releasedAt = Date.now();
+      await lockServer.del(lockKeyOf(key));
+      await finishHold(hold);
+    }
+  }
+
+  function startHold(loop, key, kind, lease, requestedAt) {
+    const acquiredAt = Date.now();
+    const hold = {
+      pid: process.pid,
+      worker: loop,
+      key,
+      kind,
+      token: lease.token,
+      fence: lease.fence,
+      requestedAt,
+      acquiredAt,
+      validUntil: acquiredAt,
+    };
+    sampleValidity(hold, lease);
+    lease.signal.addEventListener(
+      'abort',
+      () => {
+        const error = lease.signal.reason;
+        hold.lost = { at: Date.now(), reason: error?.reason ?? describeError(error), code: error?.code };
+        count(summary.lost, hold.lost.reason);
+        if (settledHolds.has(hold)) summary.abortsAfterRelease++;
+      },
+      { once: true },
+    );
+    return hold;
+  }
+
+  async function finishHold(hold) {
+    settledHolds.add(hold);
+    summary.holds++;
+    const { work, ...record } = hold;
+    const pipeline = resource.pipeline().rpush(`${run}:holds`, JSON.stringify(record));
+    if (work) pipeline.rpush(`${run}:work`, JSON.stringify(work));
+    await pipeline.exec();
+  }
+
+  // Take a unit, work on it, write it with the fence. No look at `signal` before the write on purpose:
+  // a holder paused between its last check and its write is the case fences exist for.
+  async function fencedWork(hold, lease, sectionMs) {
+    const claim = JSON.stringify({ pid: process.pid, key: hold.key, token: hold.token, fence: hold.fence });
+    const unit = await resource.claimUnit(`${run}:queue:${hold.key}`, `${run}:claims`, claim);
+    sampleValidity(hold, lease);
+    await delay(sectionMs);
+    if (unit === null) return;
+    const applied =
+      (await resource.writeFenced(
+        `${run}:highest:${hold.key}`,
+        `${run}:claims`,
+        `${run}:applied`,
+        `${run}:queue:${hold.key}`,
+        unit,
+        String(hold.fence),
+        hold.key,
+      )) === 1;
+    if (applied) summary.appliedWrites++;
+    else summary.rejectedWrites++;
+    hold.work = { unit, fence: hold.fence, applied, key: hold.key, pid: process.pid, at: Date.now() };
+    sampleValidity(hold, lease);
+  }
+}
+
+/**
+ * The latest deadline the holder is sure of: `now + validity`, sampled only while validity > 0. Once the
+ * lease is lost (or its deadline passed before the watchdog noticed) validity reads 0, and `now + 0` would
+ * be later than the real deadline. `now` is read first, so the sample errs early.
+ */
+function sampleValidity(hold, lease) {
+  const now = Date.now();
+  const validity = lease.validity;
+  if (validity > 0) hold.validUntil = Math.max(hold.validUntil, now + validity);
+}
+
+function defineResourceScripts(resource) {
+  // Moves the next unit of a key's queue to the claims (unit -> who holds it), or returns nil.
+  // KEYS: queue, claims; ARGV: the claim.
+  resource.defineCommand('claimUnit', {
+    numberOfKeys: 2,
+    lua: `
+local unit = redis.call('LPOP', KEYS[1])
+if not unit then return false end
+redis.call('HSET', KEYS[2], unit, ARGV[1])
+return unit`,
+  });
+  // The fenced write: applies the unit if its fence is not below the highest seen for the key (and makes
+  // it the highest), else puts the unit back in the queue for a later holder. Fences go in and out as
+  // decimal strings: they are microsecond clocks, beyond what cjson prints exactly.
+  // KEYS: highest fence, claims, applied log, queue; ARGV: unit, fence, key. Returns 1 if applied, else 0.
+  resource.defineCommand('writeFenced', {
+    numberOfKeys: 4,
+    lua: `
+local highest = redis.call('GET', KEYS[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if highest and tonumber(ARGV[2]) < tonumber(highest) then
+  redis.call('RPUSH', KEYS[4], ARGV[1])
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[2])
+redis.call('RPUSH', KEYS[3], '{"unit":' .. cjson.encode(ARGV[1]) .. ',"key":' .. cjson.encode(ARGV[3]) .. ',"fence":' .. ARGV[2] .. '}')
+return 1`,
+  });
+}
+
+/** The lock's own Redis key (the store's documented layout; checked against the store when it can tell). */
+function lockKeyOf(key) {
+  const lockKey = `lock:{${key}}`;
+  const store = app.get(LockStore);
+  if (typeof store.keysOf === 'function' && store.keysOf('lock', key)[0] !== lockKey) {
+    throw new Error(`the lock key of "${key}" is ${store.keysOf('lock', key)[0]}, not ${lockKey}`);
+  }
+  return lockKey;
+}
+
+function withoutUndefined(options) {
+  return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined));
+}
+
+function pick(items) {
+  return items[Math.floor(Math.random() * items.length)];
+}
+
+function count(counts, name) {
+  counts[name] = (counts[name] ?? 0) + 1;
+}
+
+function describeError(error) {
+  return error instanceof Error ? `${error.name} ${error.code ?? ''}: ${error.message}` : String(error);
+}
