@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { errorMessage, LockLostError } from '../lock.errors.js';
+import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
 import { duration } from '../lock.options.js';
 import type { LeaseKind, LockStore } from '../store/store.js';
 import type { Watchdog } from './watchdog.js';
@@ -142,15 +142,26 @@ export class HeldLease {
   /**
    * Gives the lease back: `true` if it was ours, `false` if it was not any more (expired or
    * taken) or was already released. Renewals stop first, so that a late renewal answer changes
-   * nothing. A lease already reported lost is still released: it may yet be ours.
+   * nothing. A lease already reported lost is still released: it may yet be ours. A release that
+   * fails while Redis is away rejects, and is tried again in the background until the lease would
+   * have run out, so that the key comes back soon after Redis does rather than a whole ttl later.
    */
   async release(): Promise<boolean> {
     if (this.state === 'released') return false;
     this.state = 'released';
     this.watchdog.untrack(this);
-    return this.kind === 'lock'
-      ? this.store.releaseLock(this.id, this.token)
-      : this.store.releasePermit(this.id, this.token);
+    const giveBack = () =>
+      this.kind === 'lock'
+        ? this.store.releaseLock(this.id, this.token)
+        : this.store.releasePermit(this.id, this.token);
+    try {
+      return await giveBack();
+    } catch (error) {
+      // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
+      const serverDeadline = this.validUntil + clockDrift(this.leaseTtl);
+      if (error instanceof LockBackendError && error.transient) this.watchdog.retryRelease(giveBack, serverDeadline);
+      throw error;
+    }
   }
 
   /** Called by the watchdog (or `expire()`) when a renewal sent at `sentAt` succeeded. */

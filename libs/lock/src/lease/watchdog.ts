@@ -17,6 +17,7 @@ const logger = new Logger('nest-lock');
  */
 export class Watchdog {
   private readonly leases = new Set<HeldLease>();
+  private readonly releaseRetries = new Set<NodeJS.Timeout>();
   private timer?: NodeJS.Timeout;
   /** `performance.now()` at which `timer` fires; `Infinity` when none is set. */
   private timerDue = Infinity;
@@ -51,12 +52,33 @@ export class Watchdog {
     }
   }
 
-  /** Stops the timer and forgets every lease (the store is closing: nobody renews or reports any more). */
+  /**
+   * Tries a release that failed again, backing off from 50 ms to 1 s, until it gets an answer or
+   * `until` (`performance.now()`) passes, after which the server has let the lease go by itself.
+   * Compare-and-delete makes a late retry harmless: it never frees a lease someone else took since.
+   */
+  retryRelease(giveBack: () => Promise<unknown>, until: number): void {
+    const retry = (delay: number) => {
+      if (this.closed || performance.now() + delay >= until) return;
+      const timer = setTimeout(() => {
+        this.releaseRetries.delete(timer);
+        giveBack().catch((error: unknown) => {
+          if (error instanceof LockBackendError && error.transient) retry(Math.min(delay * 2, 1_000));
+        });
+      }, delay).unref();
+      this.releaseRetries.add(timer);
+    };
+    retry(50);
+  }
+
+  /** Stops the timers and forgets every lease (the store is closing: nobody renews, releases or reports any more). */
   close(): void {
     this.closed = true;
     clearTimeout(this.timer);
     this.timerDue = Infinity;
     this.leases.clear();
+    for (const timer of this.releaseRetries) clearTimeout(timer);
+    this.releaseRetries.clear();
   }
 
   private schedule(due: number): void {
