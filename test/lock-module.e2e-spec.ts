@@ -85,6 +85,7 @@ describe('LockModule', () => {
       ratio: 2,
       maxStep: 500,
       autoExtend: true,
+      fair: true,
     });
     expect(options.keyPrefix).toBe('app:');
     const lock = await module.get(LockService).lock('order:1');

@@ -31,6 +31,11 @@ export interface LeaseOptions extends Partial<LeaseDefaults> {
    * `acquire()`, which nobody may ever release.
    */
   autoExtend?: boolean;
+  /**
+   * Serve waiters first come, first served across processes, and hand the lease straight to the
+   * next one on release. Default: the module's `defaults.fair` (`true`); `false` is the unordered path.
+   */
+  fair?: boolean;
 }
 
 export type SemaphoreOptions = LeaseOptions;
@@ -53,6 +58,8 @@ export interface LockModuleOptions {
   defaults?: Partial<LeaseDefaults> & {
     /** Whether `withLock`, `withPermit` and the decorators renew their lease while they run (default `true`). */
     autoExtend?: boolean;
+    /** Whether waiters are served in order of arrival, with the lease handed straight to the next (default `true`). */
+    fair?: boolean;
   };
   /**
    * Longest time one store command may take before it fails with `LockBackendError`,
@@ -78,18 +85,19 @@ export const DEFAULT_LEASE: Readonly<LeaseDefaults> = Object.freeze({
 export const DEFAULT_KEY_PREFIX = 'lock:';
 export const DEFAULT_COMMAND_TIMEOUT = 1_000;
 export const DEFAULT_AUTO_EXTEND = true;
+export const DEFAULT_FAIR = true;
 
 /** Module options after validation, with every default filled in. */
 export interface ResolvedModuleOptions {
   redis?: LockModuleOptions['redis'];
   keyPrefix: string;
-  defaults: Readonly<LeaseDefaults & { autoExtend: boolean }>;
+  defaults: Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
   commandTimeout: number;
   onLockLost?: (error: LockLostError) => void;
 }
 
 const MODULE_OPTION_NAMES = new Set(['redis', 'keyPrefix', 'defaults', 'commandTimeout', 'onLockLost']);
-const DEFAULTS_OPTION_NAMES = new Set([...Object.keys(DEFAULT_LEASE), 'autoExtend']);
+const DEFAULTS_OPTION_NAMES = new Set([...Object.keys(DEFAULT_LEASE), 'autoExtend', 'fair']);
 /** The option names each kind of call accepts; anything else is a misspelling and refused. */
 export const OPTION_NAMES = {
   semaphore: new Set([...DEFAULTS_OPTION_NAMES, 'signal']),
@@ -128,7 +136,8 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     keyPrefix,
     defaults: Object.freeze({
       ...resolveLease(DEFAULT_LEASE, defaults, 'defaults.'),
-      autoExtend: validateAutoExtend(defaults.autoExtend, 'defaults.autoExtend') ?? DEFAULT_AUTO_EXTEND,
+      autoExtend: validateBoolean(defaults.autoExtend, 'defaults.autoExtend') ?? DEFAULT_AUTO_EXTEND,
+      fair: validateBoolean(defaults.fair, 'defaults.fair') ?? DEFAULT_FAIR,
     }),
     commandTimeout: duration('commandTimeout', commandTimeout),
     ...(onLockLost ? { onLockLost } : {}),
@@ -148,14 +157,15 @@ export function validateCallOptions(
     throw new InvalidArgumentError('options', 'must be an object');
   }
   rejectUnknownNames('', options as object, new Set([...OPTION_NAMES[kind], ...extraNames]));
-  const { signal, token, autoExtend } = options as LockOptions;
+  const { signal, token, autoExtend, fair } = options as LockOptions;
   resolveLease(DEFAULT_LEASE, options as LeaseOptions);
   validateSignal(signal);
   if (token !== undefined) validateKey('token', token);
-  validateAutoExtend(autoExtend, 'autoExtend');
+  validateBoolean(autoExtend, 'autoExtend');
+  validateBoolean(fair, 'fair');
 }
 
-export function validateAutoExtend(value: unknown, argument: string): boolean | undefined {
+function validateBoolean(value: unknown, argument: string): boolean | undefined {
   if (value !== undefined && typeof value !== 'boolean') {
     throw new InvalidArgumentError(argument, `must be true or false, got ${describe(value)}`);
   }

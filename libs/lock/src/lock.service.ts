@@ -128,11 +128,11 @@ export class LockService implements OnModuleDestroy {
 
   private async acquire(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock | { waited: number }> {
     validateKey('key', key);
-    const grant = await acquireLease(this.store, this.options.defaults, {
+    const grant = await acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
       kind: 'lock',
       id: key,
       options,
-      attempt: (token, ttl) => this.store.acquireLock(key, token, ttl),
+      attempt: (token, ttl, attempt) => this.store.acquireLock(key, token, ttl, attempt),
       release: (token) => this.store.releaseLock(key, token),
     });
     if (!('token' in grant)) return grant;

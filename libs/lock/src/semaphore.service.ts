@@ -190,11 +190,11 @@ export class SemaphoreService implements OnModuleDestroy {
   ): Promise<HeldPermit | { waited: number }> {
     validateKey('name', name);
     validateLimit(limit);
-    const grant = await acquireLease(this.store, this.options.defaults, {
+    const grant = await acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
       kind: 'semaphore',
       id: name,
       options,
-      attempt: (token, ttl) => this.store.acquirePermit(name, token, limit, ttl),
+      attempt: (token, ttl, attempt) => this.store.acquirePermit(name, token, limit, ttl, attempt),
       release: (token) => this.store.releasePermit(name, token),
     });
     if (!('token' in grant)) return grant;

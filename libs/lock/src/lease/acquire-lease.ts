@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
 import { type LeaseDefaults, type LockOptions, resolveLease, validateCallOptions } from '../lock.options.js';
-import type { LeaseKind, LockStore } from '../store/store.js';
+import type { Attempt, AttemptOptions, LeaseKind, LockStore } from '../store/store.js';
 import type { LeaseGrant } from './held-lease.js';
-import { type Pause, sleep, waitForLease } from './wait-for-lease.js';
+import { LocalLines } from './local-line.js';
+import { waitForLease } from './wait-for-lease.js';
 
 /** One lease to take: a lock key or a semaphore name, and how the store takes and gives it back. */
 export interface LeaseRequest {
@@ -11,37 +12,68 @@ export interface LeaseRequest {
   id: string;
   /** Per-call options; for semaphores without `token`. */
   options: LockOptions;
-  /** One attempt: the fence when granted, `0` when taken. */
-  attempt(token: string, ttl: number): Promise<number>;
+  /** One attempt. */
+  attempt(token: string, ttl: number, options: AttemptOptions): Promise<Attempt>;
   release(token: string): Promise<boolean>;
 }
 
+/** The fair waiters of each store's locks and semaphores in this process. */
+const localLinesOf = new WeakMap<LockStore, LocalLines>();
+
 /**
- * Validates a request's options and runs the shared wait loop for it. Resolves with the grant,
- * or with how long it waited when the timeout passed; the caller turns that into its own error.
+ * Validates a request's options and takes the lease: fair requests first wait for their turn
+ * among this process's waiters, then every request runs the shared wait loop. Resolves with the
+ * grant, or with how long it waited when the timeout passed; the caller turns that into its own error.
  */
 export async function acquireLease(
   store: LockStore,
-  defaults: Readonly<LeaseDefaults>,
+  defaults: Readonly<LeaseDefaults & { fair: boolean }>,
+  commandTimeout: number,
   request: LeaseRequest,
 ): Promise<LeaseGrant | { waited: number }> {
   const { kind, id, options } = request;
   validateCallOptions(kind, options);
   const policy = resolveLease(defaults, options);
+  const fair = options.fair ?? defaults.fair;
   const token = options.token ?? createOwnerToken();
-
   const start = performance.now();
-  const pause: Pause = store.waitForRelease
-    ? (ms, abortSignal) => store.waitForRelease!(kind, id, ms, abortSignal)
-    : sleep;
-  const won = await waitForLease(
-    { attempt: () => request.attempt(token, policy.ttl), release: () => request.release(token) },
-    policy,
-    pause,
-    options.signal,
-  );
-  if (won === null) return { waited: performance.now() - start };
-  return { token, ttl: policy.ttl, ...won };
+
+  // A single attempt (timeout 0) queues nowhere.
+  let leaveLocalLine: (() => void) | null = null;
+  let queuedLocally = false;
+  if (fair && policy.timeout > 0) {
+    let lines = localLinesOf.get(store);
+    if (lines === undefined) localLinesOf.set(store, (lines = new LocalLines()));
+    const line = `${kind}\0${id}`;
+    queuedLocally = lines.isBusy(line);
+    leaveLocalLine = await lines.enter(line, start + policy.timeout, options.signal);
+    if (leaveLocalLine === null) return { waited: performance.now() - start };
+  }
+  try {
+    // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
+    const liveness = 2 * (policy.maxStep + commandTimeout);
+    const won = await waitForLease(
+      {
+        attempt: (join) => request.attempt(token, policy.ttl, { fair, liveness: join ? liveness : 0 }),
+        pause: (ms, signal) => store.waitForTurn(kind, id, token, ms, signal),
+        release: () => request.release(token),
+      },
+      { ...policy, timeout: Math.max(0, start + policy.timeout - performance.now()) },
+      options.signal,
+    );
+    if (won === null) return { waited: performance.now() - start };
+    return {
+      token,
+      ttl: policy.ttl,
+      fence: won.fence,
+      sentAt: won.sentAt,
+      // Handed over by a release, the lease lasts the store's handover lease until it is extended.
+      serverTtl: won.handedOver ? Math.min(store.handoverLease, policy.ttl) : policy.ttl,
+      elapsed: won.elapsed === 0 && !queuedLocally ? 0 : performance.now() - start,
+    };
+  } finally {
+    leaveLocalLine?.();
+  }
 }
 
 /** 128 random bits, fresh for every acquisition, so that no two owners ever share a token. */

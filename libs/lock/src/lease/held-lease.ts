@@ -11,7 +11,12 @@ export interface LeaseGrant {
   /** Milliseconds spent waiting (exactly 0 when it was free). */
   elapsed: number;
   ttl: number;
-  /** `performance.now()` when the winning attempt was sent. */
+  /**
+   * The lease the store applied: `ttl`, or for a lease handed over by a release the store's short
+   * handover lease, which the new holder extends to `ttl` at once.
+   */
+  serverTtl: number;
+  /** `performance.now()` before which the lease surely did not start. */
   sentAt: number;
 }
 
@@ -66,6 +71,8 @@ export class HeldLease {
   renewAt: number;
   /** A renewal is on its way; the watchdog sends no second one. */
   renewing = false;
+  /** Handed over for a short lease: the watchdog extends it to `ttl` once, `autoExtend` or not. */
+  mustExtend: boolean;
 
   readonly token: string;
   readonly fence: number;
@@ -84,8 +91,9 @@ export class HeldLease {
     this.fence = grant.fence;
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
-    this.validUntil = grant.sentAt + grant.ttl - clockDrift(grant.ttl);
-    this.renewAt = grant.sentAt + grant.ttl / 3;
+    this.validUntil = grant.sentAt + grant.serverTtl - clockDrift(grant.serverTtl);
+    this.renewAt = grant.sentAt + grant.serverTtl / 3;
+    this.mustExtend = grant.serverTtl < grant.ttl;
     watchdog.track(this);
   }
 
@@ -166,6 +174,7 @@ export class HeldLease {
 
   /** Called by the watchdog (or `expire()`) when a renewal sent at `sentAt` succeeded. */
   renewed(sentAt: number, ttl: number): void {
+    this.mustExtend = false;
     this.validUntil = sentAt + ttl - clockDrift(ttl);
     this.renewAt = sentAt + ttl / 3;
   }

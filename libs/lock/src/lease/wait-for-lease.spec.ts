@@ -11,12 +11,13 @@ function scriptedLease(answers: (number | Error)[], fallback: number | Error = 0
     attemptsAt,
     releases: () => releases,
     lease: {
-      attempt: async () => {
+      attempt: async (_join: boolean) => {
         attemptsAt.push(performance.now() - start);
         const answer = answers.shift() ?? fallback;
         if (answer instanceof Error) throw answer;
-        return answer;
+        return { fence: answer, retryIn: 0 };
       },
+      pause: (ms: number, signal?: AbortSignal): Promise<number> => sleep(ms, signal).then(() => 0),
       release: async () => {
         releases++;
         return true;
@@ -37,25 +38,25 @@ describe('waitForLease', () => {
   it('makes exactly one attempt when timeout is 0', async () => {
     const { lease, attemptsAt } = scriptedLease([0]);
 
-    expect(await waitForLease(lease, policy({ timeout: 0 }), sleep)).toBeNull();
+    expect(await waitForLease(lease, policy({ timeout: 0 }))).toBeNull();
     expect(attemptsAt).toHaveLength(1);
   });
 
   it('returns elapsed exactly 0 when the first attempt succeeds', async () => {
     const { lease } = scriptedLease([7]);
 
-    expect(await waitForLease(lease, policy({}), sleep)).toMatchObject({ elapsed: 0, fence: 7 });
+    expect(await waitForLease(lease, policy({}))).toMatchObject({ elapsed: 0, fence: 7 });
   });
 
   it('grows the wait by ratio up to maxStep, with jitter within ±25 %', async () => {
     const pauses: number[] = [];
     const { lease } = scriptedLease([0, 0, 0, 0, 0, 0, 1]);
-    const recordingPause = (ms: number) => {
+    lease.pause = (ms: number) => {
       pauses.push(ms);
-      return sleep(ms);
+      return sleep(ms).then(() => 0);
     };
 
-    await waitForLease(lease, policy({ step: 2, ratio: 3, maxStep: 40 }), recordingPause);
+    await waitForLease(lease, policy({ step: 2, ratio: 3, maxStep: 40 }));
 
     const steps = [2, 6, 18, 40, 40, 40];
     expect(pauses).toHaveLength(steps.length);
@@ -69,7 +70,7 @@ describe('waitForLease', () => {
     const { lease, attemptsAt } = scriptedLease([]);
 
     // The first wait (75–125 ms) cannot reach the deadline; the second is cut to end there.
-    expect(await waitForLease(lease, policy({ timeout: 160, step: 100, ratio: 1, maxStep: 100 }), sleep)).toBeNull();
+    expect(await waitForLease(lease, policy({ timeout: 160, step: 100, ratio: 1, maxStep: 100 }))).toBeNull();
 
     // A timer may fire a millisecond early, which only adds one more attempt just before the deadline.
     expect(attemptsAt.length).toBeGreaterThanOrEqual(3);
@@ -81,28 +82,28 @@ describe('waitForLease', () => {
     const down = new LockBackendError('connection refused');
     const { lease } = scriptedLease([down, down, 3]);
 
-    expect((await waitForLease(lease, policy({}), sleep))?.elapsed).toBeGreaterThan(0);
+    expect((await waitForLease(lease, policy({})))?.elapsed).toBeGreaterThan(0);
   });
 
   it('throws the backend failure of the final attempt, and sends a release for a late-applied attempt', async () => {
     const down = new LockBackendError('connection refused');
     const { lease, releases } = scriptedLease([], down);
 
-    await expect(waitForLease(lease, policy({ timeout: 30 }), sleep)).rejects.toBe(down);
+    await expect(waitForLease(lease, policy({ timeout: 30 }))).rejects.toBe(down);
     expect(releases()).toBe(1);
   });
 
   it('reports a timeout, not a backend failure, when the backend came back but the lease stayed taken', async () => {
     const { lease } = scriptedLease([new LockBackendError('connection refused')], 0);
 
-    expect(await waitForLease(lease, policy({ timeout: 30 }), sleep)).toBeNull();
+    expect(await waitForLease(lease, policy({ timeout: 30 }))).toBeNull();
   });
 
   it('passes an error that is not a backend failure through at once', async () => {
     const bug = new TypeError('bug');
     const { lease, attemptsAt } = scriptedLease([bug]);
 
-    await expect(waitForLease(lease, policy({}), sleep)).rejects.toBe(bug);
+    await expect(waitForLease(lease, policy({}))).rejects.toBe(bug);
     expect(attemptsAt).toHaveLength(1);
   });
 
@@ -112,10 +113,10 @@ describe('waitForLease', () => {
     const { lease, releases } = scriptedLease([]);
     lease.attempt = async () => {
       controller.abort(reason);
-      return 1;
+      return { fence: 1, retryIn: 0 };
     };
 
-    await expect(waitForLease(lease, policy({}), sleep, controller.signal)).rejects.toBe(reason);
+    await expect(waitForLease(lease, policy({}), controller.signal)).rejects.toBe(reason);
     expect(releases()).toBe(1);
   });
 
@@ -123,32 +124,72 @@ describe('waitForLease', () => {
     const controller = new AbortController();
     const reason = new Error('aborted');
     const { lease, releases } = scriptedLease([new LockBackendError('timed out')], 0);
-    const abortingPause = async (ms: number, signal?: AbortSignal) => {
+    lease.pause = async (ms: number, signal?: AbortSignal) => {
       controller.abort(reason);
-      return sleep(ms, signal);
+      return sleep(ms, signal).then(() => 0);
     };
 
-    await expect(waitForLease(lease, policy({}), abortingPause, controller.signal)).rejects.toBe(reason);
+    await expect(waitForLease(lease, policy({}), controller.signal)).rejects.toBe(reason);
     expect(releases()).toBe(1);
   });
 
-  it('sends no release when the signal ends a wait whose attempts were all answered', async () => {
+  it('leaves the line when the signal ends a wait whose attempts were all answered', async () => {
     const controller = new AbortController();
     const { lease, releases } = scriptedLease([], 0);
-    const abortingPause = async (ms: number, signal?: AbortSignal) => {
+    lease.pause = async (ms: number, signal?: AbortSignal) => {
       controller.abort(new Error('aborted'));
-      return sleep(ms, signal);
+      return sleep(ms, signal).then(() => 0);
     };
 
-    await expect(waitForLease(lease, policy({}), abortingPause, controller.signal)).rejects.toThrow('aborted');
-    expect(releases()).toBe(0);
+    await expect(waitForLease(lease, policy({}), controller.signal)).rejects.toThrow('aborted');
+    // It waited in line: giving up leaves the line.
+    expect(releases()).toBe(1);
   });
 
   it('throws an error that retrying cannot fix at once, without waiting for the deadline', async () => {
     const wrongType = new LockBackendError('WRONGTYPE', 'k', { code: 'BACKEND_ERROR' });
     const { lease, attemptsAt } = scriptedLease([wrongType]);
 
-    await expect(waitForLease(lease, policy({ timeout: 5_000 }), sleep)).rejects.toBe(wrongType);
+    await expect(waitForLease(lease, policy({ timeout: 5_000 }))).rejects.toBe(wrongType);
     expect(attemptsAt).toHaveLength(1);
+  });
+});
+
+describe('waitForLease with wake-ups', () => {
+  it('takes a lease handed over during a pause, dated from the attempt that was told to wait', async () => {
+    const { lease, attemptsAt } = scriptedLease([0]);
+    lease.pause = async () => 42;
+
+    const won = await waitForLease(lease, policy({}));
+
+    expect(won).toMatchObject({ fence: 42, handedOver: true });
+    expect(attemptsAt).toHaveLength(1);
+  });
+
+  it("looks again when the holder's lease runs out by itself, even with a long step", async () => {
+    const pauses: number[] = [];
+    const { lease } = scriptedLease([]);
+    lease.attempt = async () => ({ fence: pauses.length > 0 ? 1 : 0, retryIn: 30 });
+    lease.pause = async (ms: number) => {
+      pauses.push(ms);
+      return 0;
+    };
+
+    await waitForLease(lease, policy({ step: 400, maxStep: 400 }));
+
+    expect(pauses).toEqual([31]);
+  });
+
+  it('does not join the line on the one attempt of timeout 0, so nothing needs to be left', async () => {
+    const joins: boolean[] = [];
+    const { lease, releases } = scriptedLease([]);
+    lease.attempt = async (join: boolean) => {
+      joins.push(join);
+      return { fence: 0, retryIn: 0 };
+    };
+
+    expect(await waitForLease(lease, policy({ timeout: 0 }))).toBeNull();
+    expect(joins).toEqual([false]);
+    expect(releases()).toBe(0);
   });
 });

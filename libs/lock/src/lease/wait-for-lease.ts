@@ -1,4 +1,5 @@
 import { LockBackendError } from '../lock.errors.js';
+import type { Attempt } from '../store/store.js';
 
 /** How a caller waits: the backoff of `lua-resty-lock`, in milliseconds. */
 export interface WaitPolicy {
@@ -7,10 +8,16 @@ export interface WaitPolicy {
   ratio: number;
   maxStep: number;
 }
-/** One lease being taken: an attempt, and how to give it back if the caller no longer wants it. */
+/** One lease being taken: attempts, waits for a turn, and how to give it back if it is not wanted. */
 export interface LeaseAttempt {
-  /** Resolves with the lease's fence when it was granted, `0` when it is taken. */
-  attempt(): Promise<number>;
+  /** One attempt; `join`: stay in line (and be woken) if not granted. */
+  attempt(join: boolean): Promise<Attempt>;
+  /**
+   * Waits up to `ms`, sooner when the store sees the lease released; resolves with the fence when
+   * the lease was handed to this waiter meanwhile, else 0. Rejects with the signal's reason on abort.
+   */
+  pause(ms: number, signal?: AbortSignal): Promise<number>;
+  /** Gives the lease back, or leaves the line. */
   release(): Promise<unknown>;
 }
 
@@ -19,17 +26,21 @@ export interface WonLease {
   /** Milliseconds spent waiting (exactly 0 when the first attempt succeeded). */
   elapsed: number;
   fence: number;
-  /** `performance.now()` when the winning attempt was sent: the lease runs at least `ttl` from then. */
+  /**
+   * `performance.now()` before which the lease surely did not start: the send time of the winning
+   * attempt, or for a lease handed over, of the last attempt that was told to wait.
+   */
   sentAt: number;
+  /** Handed over by a release: it runs for the store's handover lease until it is extended. */
+  handedOver: boolean;
 }
 
-/** Waits up to `ms`, sooner if the store sees the lease freed; rejects with the signal's reason on abort. */
-export type Pause = (ms: number, signal?: AbortSignal) => Promise<void>;
-
 /**
- * The one wait loop of locks and semaphores. Attempt; on failure wait `step` (±25 % jitter,
- * growing by `ratio` up to `maxStep`); the last wait is cut to end at the deadline, where
- * one final attempt is made. Resolves with the lease won, or `null` when the deadline passed.
+ * The one wait loop of locks and semaphores. Attempt; on failure wait for a wake-up, at most `step`
+ * (±25 % jitter, growing by `ratio` up to `maxStep`) and at most until the holder's lease runs out
+ * by itself; the last wait is cut to end at the deadline, where one final attempt is made. A
+ * release may wake the waiter at once, or hand it the lease outright (fair waiting). Resolves with
+ * the lease won, or `null` when the deadline passed.
  *
  * A transient backend failure during the wait is retried like a busy lease until the deadline,
  * so a short outage (a failover) costs a delay, not an error; if the final attempt failed that
@@ -39,40 +50,46 @@ export type Pause = (ms: number, signal?: AbortSignal) => Promise<void>;
 export async function waitForLease(
   lease: LeaseAttempt,
   policy: WaitPolicy,
-  pause: Pause,
   signal?: AbortSignal,
 ): Promise<WonLease | null> {
   signal?.throwIfAborted();
   const start = performance.now();
   const deadline = start + policy.timeout;
   let step = policy.step;
-  // An attempt whose reply was lost (a timeout) may still be applied by the server later, and a
-  // lease won after an abort is not wanted: either way, however the wait ends without the caller
-  // taking the lease, a release is sent after it on the same connection, so nothing stays held.
+  // An attempt whose reply was lost (a timeout) may still be applied by the server later, a lease
+  // won after an abort is not wanted, and a waiter that gives up must leave the line: however the
+  // wait ends without the caller taking the lease, a release is sent after the attempts on the
+  // same connection, so that nothing stays held and nobody waits for a waiter that left.
   let mayHoldUnwanted = false;
   let won = false;
 
   try {
     for (let attempts = 1; ; attempts++) {
       const sentAt = performance.now();
-      let fence = 0;
+      const join = deadline - sentAt > 0;
+      let answer: Attempt = { fence: 0, retryIn: 0 };
       let failure: LockBackendError | undefined;
       try {
-        fence = await lease.attempt();
+        answer = await lease.attempt(join);
       } catch (error) {
         if (!(error instanceof LockBackendError) || !error.transient) throw error;
         failure = error;
-        mayHoldUnwanted = true;
       }
+      if (join || failure) mayHoldUnwanted = true;
 
-      if (fence > 0) {
+      if (answer.fence > 0) {
         if (signal?.aborted) {
           // The abort came while the winning attempt was in flight: nobody will use this lease.
           mayHoldUnwanted = true;
           throw signal.reason;
         }
         won = true;
-        return { elapsed: attempts === 1 ? 0 : performance.now() - start, fence, sentAt };
+        return {
+          elapsed: attempts === 1 ? 0 : performance.now() - start,
+          fence: answer.fence,
+          sentAt,
+          handedOver: false,
+        };
       }
 
       const remaining = deadline - performance.now();
@@ -80,7 +97,13 @@ export async function waitForLease(
         if (failure) throw failure;
         return null;
       }
-      await pause(Math.min(jittered(step), remaining), signal);
+      // The holder's lease runs out by itself after `retryIn`: look again then, even without a wake-up.
+      const untilExpiry = answer.retryIn > 0 ? answer.retryIn + 1 : Infinity;
+      const handedFence = await lease.pause(Math.min(jittered(step), remaining, untilExpiry), signal);
+      if (handedFence > 0) {
+        won = true;
+        return { elapsed: performance.now() - start, fence: handedFence, sentAt, handedOver: true };
+      }
       step = Math.min(step * policy.ratio, policy.maxStep);
     }
   } finally {

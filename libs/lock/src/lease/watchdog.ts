@@ -98,7 +98,7 @@ export class Watchdog {
       // a lease that may already belong to someone else.
       if (now >= lease.deadline) lease.lose('expired');
       // Renewing a little early is harmless, and lets leases that fall due together share one round trip.
-      else if (lease.policy.autoExtend && !lease.renewing && now >= lease.renewAt - lease.ttl / 6) due.push(lease);
+      else if (renews(lease) && !lease.renewing && now >= lease.renewAt - lease.ttl / 6) due.push(lease);
     }
     if (due.length > 0) void this.renew(due);
     this.scheduleNext();
@@ -139,7 +139,12 @@ export class Watchdog {
 
 /** When the watchdog must look at `lease` next: its renewal, or its deadline. */
 function nextEventOf(lease: HeldLease): number {
-  return lease.policy.autoExtend && !lease.renewing ? Math.min(lease.renewAt, lease.deadline) : lease.deadline;
+  return renews(lease) && !lease.renewing ? Math.min(lease.renewAt, lease.deadline) : lease.deadline;
+}
+
+/** Renewed: with `autoExtend`, or once to extend a lease handed over for a short while. */
+function renews(lease: HeldLease): boolean {
+  return lease.policy.autoExtend || lease.mustExtend;
 }
 
 function warnHookFailed(error: unknown): void {

@@ -1,6 +1,6 @@
 import { LockBackendError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../lock.options.js';
-import type { LeaseKind, LeaseRenewal, LockStore } from './store.js';
+import type { Attempt, LeaseKind, LeaseRenewal, LockStore } from './store.js';
 
 interface Lease {
   /** `performance.now()` at which the lease ends. */
@@ -15,9 +15,13 @@ interface LockLease extends Lease {
 
 /**
  * The embedded store: the same lease semantics as `RedisStore`, inside one process.
- * Waiters are woken the moment a lease is released or expires.
+ * Waiters are woken the moment a lease is released or expires. Being one process, it needs no
+ * line of its own for fair waiting: the waiters of a process already queue in order before they
+ * attempt (see `lease/local-line.ts`), and nothing is ever handed over.
  */
 export class MemoryStore implements LockStore {
+  readonly handoverLease = 0;
+
   private readonly locks = new Map<string, LockLease>();
   /** Semaphore name → permit token → lease. */
   private readonly semaphores = new Map<string, Map<string, Lease>>();
@@ -26,11 +30,12 @@ export class MemoryStore implements LockStore {
   private readonly fences = new Map<string, number>();
   private closed = false;
 
-  async acquireLock(key: string, token: string, ttl: number): Promise<number> {
+  async acquireLock(key: string, token: string, ttl: number): Promise<Attempt> {
     const holder = this.liveLock(key);
-    if (holder !== undefined && holder.token !== token) return 0;
+    if (holder !== undefined && holder.token !== token)
+      return { fence: 0, retryIn: holder.deadline - performance.now() };
     this.grantLock(key, token, ttl);
-    return this.nextFence('lock', key);
+    return { fence: this.nextFence('lock', key), retryIn: 0 };
   }
 
   async releaseLock(key: string, token: string): Promise<boolean> {
@@ -49,11 +54,14 @@ export class MemoryStore implements LockStore {
     return this.liveLock(key) !== undefined;
   }
 
-  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<number> {
+  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<Attempt> {
     const permits = this.livePermits(name);
-    if (!permits.has(token) && permits.size >= limit) return 0;
+    if (!permits.has(token) && permits.size >= limit) {
+      const firstDeadline = Math.min(...[...permits.values()].map((lease) => lease.deadline));
+      return { fence: 0, retryIn: firstDeadline - performance.now() };
+    }
     this.grantPermit(name, token, ttl);
-    return this.nextFence('semaphore', name);
+    return { fence: this.nextFence('semaphore', name), retryIn: 0 };
   }
 
   async releasePermit(name: string, token: string): Promise<boolean> {
@@ -82,7 +90,7 @@ export class MemoryStore implements LockStore {
     );
   }
 
-  waitForRelease(kind: LeaseKind, key: string, maxWait: number, signal?: AbortSignal): Promise<void> {
+  waitForTurn(kind: LeaseKind, key: string, _token: string, maxWait: number, signal?: AbortSignal): Promise<number> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
@@ -99,7 +107,7 @@ export class MemoryStore implements LockStore {
       };
       const wake = () => {
         settle();
-        resolve();
+        resolve(0);
       };
       const onAbort = () => {
         settle();

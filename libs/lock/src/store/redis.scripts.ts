@@ -13,55 +13,147 @@ function script(name: string, numberOfKeys: number, source: string): RedisScript
 }
 
 /**
- * The next fence of a lock or semaphore: INCR of its counter, which never expires. A counter that
- * is missing (first use, or lost to a restart without persistence or a FLUSHALL) starts from the
- * server's clock in microseconds, above any fence it can have handed out before (that would take
- * more than one acquisition per microsecond since), so fences keep increasing even then.
- * Expects the counter's key in `counter`.
+ * What the lock and semaphore scripts share. Every lock or semaphore has, in its hash slot:
+ * KEYS[1] the lease (lock string, or the sorted set of permits), KEYS[2] its fence counter,
+ * KEYS[3] the **line**: fair waiters in order of arrival (token → server clock in µs), and
+ * KEYS[4] the **alive** set: every waiter, fair or not (token → deadline in ms), which a waiter
+ * pushes back with each attempt. A waiter that stops attempting (it died, or gave up without
+ * being able to say so) drops out once its deadline passes, so it never blocks the line.
+ * Releases publish on the wake-up channel: a bare message wakes every waiter, `<token> <fence>`
+ * tells one waiter that the lease was handed to it.
  */
-const nextFence = `
-if redis.call('EXISTS', counter) == 0 then
+const prelude = `
+local lease, counter, line, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+
+local function serverTime()
   local time = redis.call('TIME')
-  redis.call('SET', counter, time[1] .. string.format('%06d', tonumber(time[2])))
+  local micros = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  return math.floor(micros / 1000), micros
 end
-return redis.call('INCR', counter)
+
+-- INCR of a counter that never expires. A missing counter (first use, or lost to a restart without
+-- persistence or a FLUSHALL) starts from the server clock in microseconds: above every fence it
+-- handed out before, unless there were more acquisitions than microseconds since.
+local function nextFence()
+  local fence = redis.call('INCR', counter)
+  if fence == 1 then
+    -- As a string: Lua would write a number this large in exponent notation.
+    local time = redis.call('TIME')
+    local micros = time[1] .. string.format('%06d', tonumber(time[2]))
+    redis.call('SET', counter, micros)
+    fence = tonumber(micros)
+  end
+  return fence
+end
+
+local function leaveLine(token)
+  redis.call('ZREM', line, token)
+  redis.call('ZREM', alive, token)
+end
+
+local function dropGoneWaiters(nowMs)
+  local gone = redis.call('ZRANGEBYSCORE', alive, '-inf', nowMs)
+  if #gone > 0 then
+    redis.call('ZREM', line, unpack(gone))
+    redis.call('ZREM', alive, unpack(gone))
+  end
+end
+
+local function join(token, fair, nowMs, nowMicros, liveMs)
+  if fair then
+    redis.call('ZADD', line, 'NX', nowMicros, token)
+    redis.call('PEXPIRE', line, liveMs * 2)
+  end
+  redis.call('ZADD', alive, nowMs + liveMs, token)
+  redis.call('PEXPIRE', alive, liveMs * 2)
+end
+
+-- Tells one waiter that the lease is its own now, with the fence of its lease.
+local function tell(channel, waiter)
+  -- '%.0f': concatenating the number would write a large fence in exponent notation, rounded.
+  redis.call('PUBLISH', channel, waiter .. ' ' .. string.format('%.0f', nextFence()))
+end
 `;
 
 /**
- * Takes the lock, or confirms that `token` already holds it, and hands out its fence.
- * KEYS[1] lock key, KEYS[2] its fence counter; ARGV[1] owner token, ARGV[2] ttl in ms.
- * Returns the fence (≥ 1) if held by the token now, else 0.
- * The second branch makes a retry idempotent: an attempt whose reply was lost (command timeout)
- * may have taken the lock, and the same token must not then wait for its own lease to run out
- * (it gets a new fence: the lost reply's fence was never seen by anyone).
+ * One attempt to take the lock; with the line of waiters (fair) or without.
+ * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
+ * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] '1' to wait in line
+ * when not granted, ARGV[5] a waiter's liveness ms, ARGV[6] lease ms of a handover, ARGV[7] channel.
+ * Returns {fence, 0} when the token holds the lock now; else {0, ms the holder's lease still runs}.
+ *
+ * - The fast path is one SET NX PX (unless fair waiters are in line: they come first).
+ * - "Held by this token already" counts as granted: a retry after a lost reply, or a waiter that
+ *   missed the message telling it the lock was handed to it.
+ * - A free lock with a fair waiter ahead of the caller (its holder's lease ran out, or a handover
+ *   to a waiter that was gone expired) is handed to that waiter now, and the caller joins the line.
  */
 export const acquireLockScript = script(
   'acquireLock',
-  2,
-  `
-if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if redis.call('GET', KEYS[1]) ~= ARGV[1] then
-    return 0
-  end
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  4,
+  `${prelude}
+local token, ttl, fair, joins = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4] == '1'
+if (not fair or redis.call('EXISTS', line) == 0) and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
+  if joins then leaveLine(token) end
+  return {nextFence(), 0}
 end
-local counter = KEYS[2]
-${nextFence}`,
+local holder = redis.call('GET', lease)
+if holder == token then
+  redis.call('PEXPIRE', lease, ttl)
+  leaveLine(token)
+  return {nextFence(), 0}
+end
+local nowMs, nowMicros = serverTime()
+dropGoneWaiters(nowMs)
+if not holder then
+  local ahead = fair and redis.call('ZRANGE', line, 0, 0)[1]
+  if not ahead or ahead == token then
+    redis.call('SET', lease, token, 'PX', ttl)
+    leaveLine(token)
+    return {nextFence(), 0}
+  end
+  redis.call('SET', lease, ahead, 'PX', ARGV[6])
+  leaveLine(ahead)
+  tell(ARGV[7], ahead)
+end
+if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[5])) end
+return {0, redis.call('PTTL', lease)}
+`,
 );
 
 /**
- * Compare-and-delete: frees the lock only for its owner, so that a holder whose lease ran out
- * never deletes the lock someone else took since.
- * KEYS[1] lock key; ARGV[1] owner token. Returns 1 if deleted, else 0.
+ * Releases the lock if the token holds it: hands it straight to the first fair waiter in line
+ * (the lock is set to that waiter's token for a short handover lease, which the waiter extends to
+ * its own ttl once told), or frees it and wakes the other waiters. A token that does not hold the
+ * lock leaves the line (a waiter giving up).
+ * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
+ * ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel.
+ * Returns 1 if the token held the lock, else 0.
  */
 export const releaseLockScript = script(
   'releaseLock',
-  1,
-  `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  4,
+  `${prelude}
+local token = ARGV[1]
+if redis.call('GET', lease) ~= token then
+  leaveLine(token)
+  return 0
 end
-return 0
+if redis.call('EXISTS', alive) == 0 then
+  redis.call('DEL', lease)
+  return 1
+end
+dropGoneWaiters(serverTime())
+local first = redis.call('ZRANGE', line, 0, 0)[1]
+if first then
+  redis.call('SET', lease, first, 'PX', ARGV[2])
+  leaveLine(first)
+  tell(ARGV[3], first)
+else
+  redis.call('DEL', lease)
+  redis.call('PUBLISH', ARGV[3], '')
+end
+return 1
 `,
 );
 
@@ -89,43 +181,90 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 `;
 const expireWithLastLease = `
 local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-redis.call('PEXPIREAT', KEYS[1], last[2])
+if last[2] then redis.call('PEXPIREAT', KEYS[1], last[2]) end
+`;
+
+/** Gives a permit to a waiter in line (for a handover lease it extends once told); needs `prelude`. */
+const permitHandover = `
+local function handPermit(waiter, nowMs, handoverMs, channel)
+  redis.call('ZADD', lease, nowMs + handoverMs, waiter)
+  leaveLine(waiter)
+  tell(channel, waiter)
+end
 `;
 
 /**
- * Drops expired permits, then adds `token` if fewer than `limit` remain (or renews it if it is
- * already there: a retry after a lost reply), and hands out its fence.
- * KEYS[1] semaphore set, KEYS[2] its fence counter; ARGV[1] permit token, ARGV[2] limit, ARGV[3] ttl in ms.
- * Returns the fence (≥ 1) if the token holds a permit now, else 0.
+ * One attempt to take a permit: drops expired permits, then grants one if fewer than `limit`
+ * remain — to the fair waiters in line first, in order, then to the caller — or renews the one the
+ * token holds already (a retry after a lost reply, or a waiter that missed its handover message).
+ * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
+ * ARGV[1] token, ARGV[2] limit, ARGV[3] ttl ms, ARGV[4] '1' fair, ARGV[5] '1' to wait in line,
+ * ARGV[6] a waiter's liveness ms, ARGV[7] lease ms of a handover, ARGV[8] channel.
+ * Returns {fence, 0} if the token holds a permit now, else {0, ms until the first permit runs out}.
  */
 export const acquirePermitScript = script(
   'acquirePermit',
-  2,
-  `${serverNowMs}
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then
-  return 0
+  4,
+  `${prelude}${permitHandover}
+local token, limit, ttl, fair, joins = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5] == '1'
+local nowMs, nowMicros = serverTime()
+redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
+local granted = redis.call('ZSCORE', lease, token)
+local free = limit - redis.call('ZCARD', lease)
+if not granted and free > 0 and redis.call('EXISTS', alive) == 1 then
+  dropGoneWaiters(nowMs)
+  if fair then
+    for _, waiter in ipairs(redis.call('ZRANGE', line, 0, free - 1)) do
+      if waiter == token then break end
+      handPermit(waiter, nowMs, tonumber(ARGV[7]), ARGV[8])
+      free = free - 1
+    end
+  end
 end
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
-${expireWithLastLease}
-local counter = KEYS[2]
-${nextFence}`,
+if granted or free > 0 then
+  redis.call('ZADD', lease, nowMs + ttl, token)
+  if joins or granted then leaveLine(token) end
+  local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', lease, last[2])
+  return {nextFence(), 0}
+end
+if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[6])) end
+local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')
+return {0, first[2] and (tonumber(first[2]) - nowMs) or 0}
+`,
 );
 
 /**
- * Gives a permit back; a permit whose lease already ran out is dropped but reported as not ours.
- * KEYS[1] semaphore set; ARGV[1] permit token. Returns 1 if an unexpired permit was released, else 0.
+ * Gives a permit back (a permit whose lease already ran out is dropped but reported as not ours),
+ * then hands the freed permit to the first fair waiter in line, or wakes the other waiters. A token
+ * that holds no permit leaves the line (a waiter giving up).
+ * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
+ * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel.
+ * Returns 1 if an unexpired permit was released, else 0.
  */
 export const releasePermitScript = script(
   'releasePermit',
-  1,
-  `${serverNowMs}
-local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  4,
+  `${prelude}${permitHandover}
+local token = ARGV[1]
+local deadline = redis.call('ZSCORE', lease, token)
 if not deadline then
+  leaveLine(token)
   return 0
 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if tonumber(deadline) > now then
+redis.call('ZREM', lease, token)
+local nowMs = serverTime()
+if redis.call('EXISTS', alive) == 1 then
+  dropGoneWaiters(nowMs)
+  local first = redis.call('ZRANGE', line, 0, 0)[1]
+  if first then
+    handPermit(first, nowMs, tonumber(ARGV[2]), ARGV[3])
+  else
+    redis.call('PUBLISH', ARGV[3], '')
+  end
+end
+${expireWithLastLease}
+if tonumber(deadline) > nowMs then
   return 1
 end
 return 0

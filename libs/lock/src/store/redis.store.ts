@@ -11,7 +11,8 @@ import {
   releaseLockScript,
   releasePermitScript,
 } from './redis.scripts.js';
-import type { LeaseKind, LeaseRenewal, LockStore } from './store.js';
+import { WakeUps } from './redis-wakeups.js';
+import type { Attempt, AttemptOptions, LeaseKind, LeaseRenewal, LockStore } from './store.js';
 
 export interface RedisStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */
@@ -41,18 +42,29 @@ const TRANSIENT_REPLY = /^(READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|BUSY
  */
 export class RedisStore implements LockStore {
   private closed = false;
+  private readonly wakeUps: WakeUps;
+  /**
+   * A lease handed to a waiter lasts this long until the waiter extends it to its own ttl: long
+   * enough for the message and the extension to arrive, short enough that a lease handed to a
+   * waiter that is gone meanwhile returns to the line soon.
+   */
+  readonly handoverLease: number;
 
   constructor(
     private readonly client: Redis | Cluster,
     private readonly options: RedisStoreOptions,
-  ) {}
+  ) {
+    this.wakeUps = new WakeUps(client);
+    this.handoverLease = Math.max(1_000, 2 * options.commandTimeout);
+  }
 
-  async acquireLock(key: string, token: string, ttl: number): Promise<number> {
-    return Number(await this.runScript(acquireLockScript, key, this.keysOf('lock', key), [token, toMillis(ttl)]));
+  async acquireLock(key: string, token: string, ttl: number, options: AttemptOptions): Promise<Attempt> {
+    return this.attempt(acquireLockScript, 'lock', key, [token, toMillis(ttl)], options);
   }
 
   async releaseLock(key: string, token: string): Promise<boolean> {
-    return (await this.runScript(releaseLockScript, key, [this.lockKey(key)], [token])) === 1;
+    const args = [token, this.handoverLease, this.channelOf('lock', key)];
+    return (await this.runScript(releaseLockScript, key, this.keysOf('lock', key), args)) === 1;
   }
 
   async extendLock(key: string, token: string, ttl: number): Promise<boolean> {
@@ -63,13 +75,23 @@ export class RedisStore implements LockStore {
     return (await this.run(key, 'EXISTS', () => this.client.exists(this.lockKey(key)))) === 1;
   }
 
-  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<number> {
-    const keys = this.keysOf('semaphore', name);
-    return Number(await this.runScript(acquirePermitScript, name, keys, [token, limit, toMillis(ttl)]));
+  async acquirePermit(
+    name: string,
+    token: string,
+    limit: number,
+    ttl: number,
+    options: AttemptOptions,
+  ): Promise<Attempt> {
+    return this.attempt(acquirePermitScript, 'semaphore', name, [token, limit, toMillis(ttl)], options);
   }
 
   async releasePermit(name: string, token: string): Promise<boolean> {
-    return (await this.runScript(releasePermitScript, name, [this.semaphoreKey(name)], [token])) === 1;
+    const args = [token, this.handoverLease, this.channelOf('semaphore', name)];
+    return (await this.runScript(releasePermitScript, name, this.keysOf('semaphore', name), args)) === 1;
+  }
+
+  waitForTurn(kind: LeaseKind, id: string, token: string, maxWait: number, signal?: AbortSignal): Promise<number> {
+    return this.wakeUps.wait(this.channelOf(kind, id), token, maxWait, signal);
   }
 
   async extendPermit(name: string, token: string, ttl: number): Promise<boolean> {
@@ -109,6 +131,7 @@ export class RedisStore implements LockStore {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.wakeUps.close();
     if (!this.options.ownsClient) return;
     if (this.client.status === 'ready') {
       // QUIT lets replies already on their way arrive; bounded, because a stopped server never answers.
@@ -117,10 +140,39 @@ export class RedisStore implements LockStore {
     this.client.disconnect();
   }
 
-  /** Every Redis key one lock or semaphore touches, all in one cluster slot: its own key first, then its fence counter. */
+  /**
+   * Every Redis key one lock or semaphore touches, all in one cluster slot: its own key, its fence
+   * counter, its line of fair waiters and the liveness of all its waiters.
+   */
   keysOf(kind: LeaseKind, id: string): string[] {
     const main = this.mainKey(kind, id);
-    return [main, `${main}:fence`];
+    return [main, `${main}:fence`, `${main}:line`, `${main}:alive`];
+  }
+
+  /** The wake-up channel of a lock or semaphore, in the slot of its keys (for sharded pub/sub). */
+  channelOf(kind: LeaseKind, id: string): string {
+    return `${this.mainKey(kind, id)}:wake`;
+  }
+
+  /** Subscribed wake-up channels right now (they are dropped shortly after their last waiter left). */
+  get subscribedChannels(): number {
+    return this.wakeUps.subscribedChannels;
+  }
+
+  private async attempt(
+    script: RedisScript,
+    kind: LeaseKind,
+    id: string,
+    args: (string | number)[],
+    { fair, liveness }: AttemptOptions,
+  ): Promise<Attempt> {
+    const joins = liveness > 0 ? '1' : '0';
+    const rest = [fair ? '1' : '0', joins, Math.ceil(liveness), this.handoverLease, this.channelOf(kind, id)];
+    const [fence, retryIn] = (await this.runScript(script, id, this.keysOf(kind, id), [...args, ...rest])) as [
+      number,
+      number,
+    ];
+    return { fence: Number(fence), retryIn: Number(retryIn) };
   }
 
   /** `<prefix>{<key>}` for a lock, `<prefix>sem:{<name>}` for a semaphore (see the class comment for braces). */

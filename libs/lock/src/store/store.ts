@@ -10,14 +10,19 @@ import type { LockBackendError } from '../lock.errors.js';
  */
 export interface LockStore {
   /**
-   * One attempt to take `key` for `token` for `ttl` ms. Resolves with the lease's fence (≥ 1,
-   * greater than every fence this key had before, by any owner) when `token` holds it now, `0` when
-   * another owner does. Idempotent for the same token: if `key` is already held by `token` (an
-   * earlier attempt whose reply was lost), it counts as taken and the lease restarts.
+   * One attempt to take `key` for `token` for `ttl` ms. Grants it with the lease's fence (≥ 1,
+   * greater than every fence this key had before, by any owner), or tells how long the holder's
+   * lease still runs. Idempotent for the same token: if `key` is already held by `token` (an
+   * earlier attempt whose reply was lost, or a handover whose message was lost), it counts as
+   * taken and the lease restarts. With `fair`, waiters that `join` the line are served in order.
    */
-  acquireLock(key: string, token: string, ttl: number): Promise<number>;
+  acquireLock(key: string, token: string, ttl: number, options: AttemptOptions): Promise<Attempt>;
 
-  /** Deletes `key` only if it is held by `token`; `false` when it is not (expired or taken). */
+  /**
+   * Gives `key` back only if it is held by `token` — to the first fair waiter in line, or freed
+   * with a wake-up for the others; `false` when it is not held by `token` (expired or taken), in
+   * which case `token` leaves the line if it waited in it.
+   */
   releaseLock(key: string, token: string): Promise<boolean>;
 
   /** Resets the lease of `key` to `ttl` only if it is held by `token`. */
@@ -27,12 +32,12 @@ export interface LockStore {
 
   /**
    * One attempt to take a permit of semaphore `name` for `token`: granted while fewer than
-   * `limit` unexpired permits are held. Resolves with its fence, or `0`; idempotent for the same
+   * `limit` unexpired permits are held (to fair waiters in line first). Idempotent for the same
    * token, like `acquireLock`.
    */
-  acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<number>;
+  acquirePermit(name: string, token: string, limit: number, ttl: number, options: AttemptOptions): Promise<Attempt>;
 
-  /** Gives the permit back; `false` when `token` holds none (expired or never taken). */
+  /** Gives the permit back (to the first fair waiter in line); `false` when `token` holds none. */
   releasePermit(name: string, token: string): Promise<boolean>;
 
   /** Resets the lease of `token`'s permit to `ttl`; `false` when it holds none. */
@@ -48,17 +53,39 @@ export interface LockStore {
   extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]>;
 
   /**
-   * Resolves when the lock `key` (or a permit of semaphore `key`) may have become free, or
-   * after `maxWait` ms, whichever is first. Stores that cannot observe releases leave it out
-   * and waiters simply sleep.
+   * Waits up to `maxWait` ms for the lock `key` (or a permit of semaphore `key`) to be released.
+   * Resolves with the fence when the lease was handed to `token` meanwhile (it holds it now, for
+   * `handoverLease` ms until it extends it), else with 0 once woken or when the time is up.
+   * Rejects with the signal's reason on abort.
    */
-  waitForRelease?(kind: LeaseKind, key: string, maxWait: number, signal?: AbortSignal): Promise<void>;
+  waitForTurn(kind: LeaseKind, key: string, token: string, maxWait: number, signal?: AbortSignal): Promise<number>;
+
+  /** How long a lease handed to a waiter lasts until that waiter extends it to its own ttl. */
+  readonly handoverLease: number;
 
   /** Releases what the store opened (connections it created, timers); idempotent. */
   close(): Promise<void>;
 }
 
 export type LeaseKind = 'lock' | 'semaphore';
+
+export interface AttemptOptions {
+  /** Serve waiters in order of arrival, and hand the lease to the first on release. */
+  fair: boolean;
+  /**
+   * Not granted: wait in line (and be woken), for `liveness` ms unless the next attempt comes
+   * sooner; a waiter that stops attempting drops out after that. `0`: a last attempt, no waiting.
+   */
+  liveness: number;
+}
+
+/** The answer to one attempt. */
+export interface Attempt {
+  /** The lease's fence when granted, else 0. */
+  fence: number;
+  /** Not granted: ms the holder's lease (the first permit's) still runs by itself; ≤ 0 unknown. */
+  retryIn: number;
+}
 
 /** One lease to renew: which lock or semaphore, whose, for how long. */
 export interface LeaseRenewal {

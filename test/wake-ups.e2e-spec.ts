@@ -1,0 +1,233 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { type Lock, LockStore, RedisStore } from 'nest-lock';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as delay } from 'node:timers/promises';
+import { bootLockModule, closeLockApp, type LockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
+import { RedisServer } from './support/redis-server.js';
+
+/** Resolves with the lock and how long after `since` it was granted. */
+async function grantedAfter(lock: Promise<Lock>, since: () => number): Promise<{ lock: Lock; after: number }> {
+  const granted = await lock;
+  return { lock: granted, after: performance.now() - since() };
+}
+
+describe('wake-ups and fair order on Redis', () => {
+  let server: RedisServer;
+  let app: LockApp;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    app = await bootLockModule({ redis: server.url, commandTimeout: 200 });
+    redis = new Redis(server.url);
+  });
+  afterAll(async () => {
+    redis.disconnect();
+    await closeLockApp(app);
+    await server.stop();
+  });
+
+  const store = () => app.module.get<RedisStore>(LockStore);
+  const lineLength = async (key: string) => redis.zcard(store().keysOf('lock', key)[2]);
+  async function untilInLine(key: string, waiters: number): Promise<void> {
+    const deadline = performance.now() + 10_000;
+    while ((await lineLength(key)) < waiters) {
+      if (performance.now() > deadline) throw new Error(`${waiters} waiters never stood in line for ${key}`);
+      await delay(10);
+    }
+  }
+
+  it.each([true, false])('wakes a waiter on release, long before its backoff step ends (fair: %s)', async (fair) => {
+    const key = uniqueKey('wake');
+    const holder = await app.locks.lock(key);
+    let releasedAt = Infinity;
+    const waiter = grantedAfter(app.locks.lock(key, { fair, step: 3_000, maxStep: 3_000 }), () => releasedAt);
+    await delay(300); // the waiter is subscribed and asleep for 3 s
+
+    releasedAt = performance.now();
+    await holder.unlock();
+    const { lock, after } = await waiter;
+
+    expect(after).toBeLessThan(1_000);
+    await lock.unlock();
+  });
+
+  it('hands the lock straight to the first fair waiter: it holds it before attempting again', async () => {
+    const key = uniqueKey('handover');
+    const holder = await app.locks.lock(key);
+    const waiter = app.locks.lock(key, { step: 3_000, maxStep: 3_000 });
+    await untilInLine(key, 1);
+
+    expect(await holder.unlock()).toBe(true);
+    // The release set the key to the waiter's token and told it so.
+    const lock = await waiter;
+    expect(await redis.get(store().keysOf('lock', key)[0])).toBe(lock.token);
+    expect(lock.fence).toBeGreaterThan(holder.fence);
+    expect(lock.validity).toBeGreaterThan(0);
+    // The handover lease is short: the new holder extends it to its own ttl.
+    await delay(app.module.get<RedisStore>(LockStore).handoverLease + 200);
+    expect(await redis.pttl(store().keysOf('lock', key)[0])).toBeGreaterThan(20_000);
+    await lock.unlock();
+  });
+
+  it('still grants the lock within one step when the wake-up message is lost (subscriber killed)', async () => {
+    const key = uniqueKey('lost-message');
+    const holder = await app.locks.lock(key);
+    let releasedAt = Infinity;
+    const waiter = grantedAfter(app.locks.lock(key, { step: 1, maxStep: 300 }), () => releasedAt);
+    await untilInLine(key, 1);
+    await delay(700); // its step has grown to maxStep
+
+    await redis.client('KILL', 'TYPE', 'pubsub');
+    releasedAt = performance.now();
+    await holder.unlock();
+    const { lock, after } = await waiter;
+
+    expect(after).toBeLessThan(300 * 1.25 + 300);
+    await lock.unlock();
+  });
+
+  it("grants the lock soon after the holder's lease simply runs out, without a release", async () => {
+    const key = uniqueKey('expired-holder');
+    await app.locks.lock(key, { ttl: 300 });
+    const started = performance.now();
+
+    const lock = await app.locks.lock(key, { step: 5_000, maxStep: 5_000 });
+
+    expect(performance.now() - started).toBeLessThan(1_500);
+    await lock.unlock();
+  });
+
+  it('gives a lock being handed to a waiter that aborts back at once, to the next in line', async () => {
+    const key = uniqueKey('abort-handover');
+    const holder = await app.locks.lock(key);
+    const quitter = new AbortController();
+    const first = app.locks.lock(key, { signal: quitter.signal, step: 3_000, maxStep: 3_000 });
+    first.catch(() => undefined);
+    await untilInLine(key, 1);
+    let releasedAt = Infinity;
+    // Another process's waiter: one of the same process would queue behind `first` locally, not in Redis.
+    const other = await bootLockModule({ redis: server.url });
+    const second = grantedAfter(other.locks.lock(key, { step: 3_000, maxStep: 3_000 }), () => releasedAt);
+    await untilInLine(key, 2);
+
+    releasedAt = performance.now();
+    await holder.unlock(); // hands the lock to `first`…
+    quitter.abort(new Error('gave up')); // …which gives up at that moment
+    await expect(first).rejects.toThrow('gave up');
+    const { lock, after } = await second;
+
+    // Not a handover lease later (≥ 1 s), and far from a ttl.
+    expect(after).toBeLessThan(900);
+    await lock.unlock();
+    await closeLockApp(other);
+  });
+
+  it('serves waiters of several processes in the order they arrived', async () => {
+    const key = uniqueKey('order');
+    const holder = await app.locks.lock(key);
+    const labels = ['first', 'second', 'third', 'fourth'];
+    const children: ChildProcess[] = [];
+    for (const [i, label] of labels.entries()) {
+      children.push(spawnWorker('line-up', [server.url, key, label, 'fair']));
+      await untilInLine(key, i + 1);
+    }
+
+    await holder.unlock();
+    await Promise.all(children.map(exited));
+
+    expect(await redis.lrange(`${key}:granted`, 0, -1)).toEqual(labels);
+  });
+
+  it('returns a lock handed to a waiter that died to the line within a short bound, not a ttl', async () => {
+    const key = uniqueKey('dead-waiter');
+    const holder = await app.locks.lock(key);
+    const doomed = spawnWorker('line-up', [server.url, key, 'doomed', 'fair']);
+    await untilInLine(key, 1);
+    const next = app.locks.lock(key, { timeout: 20_000 });
+    await untilInLine(key, 2);
+    doomed.kill('SIGKILL');
+    await exited(doomed);
+
+    const releasedAt = performance.now();
+    await holder.unlock(); // hands it to the dead waiter, first in line
+    const lock = await next;
+
+    // Handover lease (1 s) plus the dead waiter's liveness; the default ttl is 30 s.
+    expect(performance.now() - releasedAt).toBeLessThan(5_000);
+    await lock.unlock();
+  });
+
+  it('drops the subscription of a channel once nobody waits on it', async () => {
+    const key = uniqueKey('unsubscribe');
+    const holder = await app.locks.lock(key);
+    const waiter = app.locks.lock(key);
+    await untilInLine(key, 1);
+    const channel = store().channelOf('lock', key);
+    expect(await redis.pubsub('NUMSUB', channel)).toEqual([channel, 1]);
+
+    await holder.unlock();
+    await (await waiter).unlock();
+    await delay(2_500); // a channel lingers 2 s after its last waiter
+
+    expect(await redis.pubsub('NUMSUB', channel)).toEqual([channel, 0]);
+  });
+});
+
+describe.each(STORE_KINDS)('fair order inside one process on the %s store', (kind) => {
+  const app = useLockApp(kind);
+
+  it('serves the waiters of one process first come, first served', async () => {
+    const key = uniqueKey('local-order');
+    const holder = await app().locks.lock(key);
+    const served: number[] = [];
+    const waiters = Array.from({ length: 6 }, (_, i) =>
+      app()
+        .locks.lock(key, { timeout: 10_000 })
+        .then(async (lock) => {
+          served.push(i);
+          await delay(5);
+          await lock.unlock();
+        }),
+    );
+    await delay(50);
+
+    await holder.unlock();
+    await Promise.all(waiters);
+
+    expect(served).toEqual([0, 1, 2, 3, 4, 5]);
+  });
+
+  it('serves permits first come, first served too', async () => {
+    const name = uniqueKey('permit-order');
+    const holders = await Promise.all([app().semaphores.acquire(name, 2), app().semaphores.acquire(name, 2)]);
+    const served: number[] = [];
+    const waiters = Array.from({ length: 5 }, (_, i) =>
+      app()
+        .semaphores.acquire(name, 2, { timeout: 10_000 })
+        .then(async (permit) => {
+          served.push(i);
+          await delay(5);
+          await permit.release();
+        }),
+    );
+    await delay(50);
+
+    for (const permit of holders) await permit.release();
+    await Promise.all(waiters);
+
+    expect(served).toEqual([0, 1, 2, 3, 4]);
+  });
+});
+
+function spawnWorker(name: string, args: string[]): ChildProcess {
+  const script = fileURLToPath(new URL(`./support/workers/${name}.mjs`, import.meta.url));
+  return spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
