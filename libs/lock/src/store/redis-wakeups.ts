@@ -48,7 +48,6 @@ export class WakeUps {
         return;
       }
       const subscription = this.channelOf(channel);
-      let timer: NodeJS.Timeout | undefined;
       const waiter: Waiter = {
         token,
         settle: (fence) => {
@@ -65,7 +64,7 @@ export class WakeUps {
       };
       subscription.waiters.add(waiter);
       signal?.addEventListener('abort', onAbort, { once: true });
-      timer = setTimeout(() => waiter.settle(0), Math.min(maxWait, LONGEST_DURATION));
+      const timer = setTimeout(() => waiter.settle(0), Math.min(maxWait, LONGEST_DURATION));
       if (!subscription.ready) {
         void subscription.subscribed.then((subscribed) => {
           if (subscribed && subscription.waiters.has(waiter)) waiter.settle(0);
