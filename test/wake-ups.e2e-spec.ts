@@ -80,7 +80,7 @@ describe('wake-ups and fair order on Redis', () => {
     await untilInLine(key, 1);
     await delay(700); // its step has grown to maxStep
 
-    await redis.client('KILL', 'TYPE', 'pubsub');
+    await redis.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
     releasedAt = performance.now();
     await holder.unlock();
     const { lock, after } = await waiter;
