@@ -156,7 +156,8 @@ export function validateCallOptions(
   if (!isPlainObject(options)) {
     throw new InvalidArgumentError('options', 'must be an object');
   }
-  rejectUnknownNames('', options as object, new Set([...OPTION_NAMES[kind], ...extraNames]));
+  const known = extraNames.length === 0 ? OPTION_NAMES[kind] : new Set([...OPTION_NAMES[kind], ...extraNames]);
+  rejectUnknownNames('', options as object, known);
   const { signal, token, autoExtend, fair } = options as LockOptions;
   resolveLease(DEFAULT_LEASE, options as LeaseOptions);
   validateSignal(signal);
@@ -257,9 +258,10 @@ export function isRedisClient(value: unknown): value is Redis | Cluster {
 }
 
 function rejectUnknownNames(prefix: string, options: object, known: ReadonlySet<string>): void {
-  const unknown = Object.keys(options).find((name) => !known.has(name));
-  if (unknown !== undefined) {
-    throw new InvalidArgumentError(`${prefix}${unknown}`, `unknown option (known: ${[...known].join(', ')})`);
+  for (const name in options) {
+    if (Object.hasOwn(options, name) && !known.has(name)) {
+      throw new InvalidArgumentError(`${prefix}${name}`, `unknown option (known: ${[...known].join(', ')})`);
+    }
   }
 }
 

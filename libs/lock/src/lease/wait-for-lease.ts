@@ -10,8 +10,8 @@ export interface WaitPolicy {
 }
 /** One lease being taken: attempts, waits for a turn, and how to give it back if it is not wanted. */
 export interface LeaseAttempt {
-  /** One attempt; `join`: stay in line (and be woken) if not granted. */
-  attempt(join: boolean): Promise<Attempt>;
+  /** One attempt; `join`: stay in line (and be woken) if not granted; `inLine`: joined before. */
+  attempt(join: boolean, inLine: boolean): Promise<Attempt>;
   /**
    * Waits up to `ms`, sooner when the store sees the lease released; resolves with the fence when
    * the lease was handed to this waiter meanwhile, else 0. Rejects with the signal's reason on abort.
@@ -70,7 +70,7 @@ export async function waitForLease(
       let answer: Attempt = { fence: 0, retryIn: 0 };
       let failure: LockBackendError | undefined;
       try {
-        answer = await lease.attempt(join);
+        answer = await lease.attempt(join, attempts > 1);
       } catch (error) {
         if (!(error instanceof LockBackendError) || !error.transient) throw error;
         failure = error;

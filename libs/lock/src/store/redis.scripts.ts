@@ -79,7 +79,8 @@ end
  * One attempt to take the lock; with the line of waiters (fair) or without.
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
  * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] '1' to wait in line
- * when not granted, ARGV[5] a waiter's liveness ms, ARGV[6] lease ms of a handover, ARGV[7] channel.
+ * when not granted, ARGV[5] '1' if it joined the line before, ARGV[6] a waiter's liveness ms,
+ * ARGV[7] lease ms of a handover, ARGV[8] channel.
  * Returns {fence, 0} when the token holds the lock now; else {0, ms the holder's lease still runs}.
  *
  * - The fast path is one SET NX PX (unless fair waiters are in line: they come first).
@@ -92,9 +93,9 @@ export const acquireLockScript = script(
   'acquireLock',
   4,
   `${prelude}
-local token, ttl, fair, joins = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4] == '1'
+local token, ttl, fair, joins, inLine = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4] == '1', ARGV[5] == '1'
 if (not fair or redis.call('EXISTS', line) == 0) and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
-  if joins then leaveLine(token) end
+  if inLine then leaveLine(token) end
   return {nextFence(), 0}
 end
 local holder = redis.call('GET', lease)
@@ -112,11 +113,11 @@ if not holder then
     leaveLine(token)
     return {nextFence(), 0}
   end
-  redis.call('SET', lease, ahead, 'PX', ARGV[6])
+  redis.call('SET', lease, ahead, 'PX', ARGV[7])
   leaveLine(ahead)
-  tell(ARGV[7], ahead)
+  tell(ARGV[8], ahead)
 end
-if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[5])) end
+if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[6])) end
 return {0, redis.call('PTTL', lease)}
 `,
 );
@@ -199,7 +200,8 @@ end
  * token holds already (a retry after a lost reply, or a waiter that missed its handover message).
  * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
  * ARGV[1] token, ARGV[2] limit, ARGV[3] ttl ms, ARGV[4] '1' fair, ARGV[5] '1' to wait in line,
- * ARGV[6] a waiter's liveness ms, ARGV[7] lease ms of a handover, ARGV[8] channel.
+ * ARGV[6] '1' if it joined the line before, ARGV[7] a waiter's liveness ms, ARGV[8] lease ms of a
+ * handover, ARGV[9] channel.
  * Returns {fence, 0} if the token holds a permit now, else {0, ms until the first permit runs out}.
  */
 export const acquirePermitScript = script(
@@ -207,6 +209,7 @@ export const acquirePermitScript = script(
   4,
   `${prelude}${permitHandover}
 local token, limit, ttl, fair, joins = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5] == '1'
+local inLine = ARGV[6] == '1'
 local nowMs, nowMicros = serverTime()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local granted = redis.call('ZSCORE', lease, token)
@@ -216,19 +219,19 @@ if not granted and free > 0 and redis.call('EXISTS', alive) == 1 then
   if fair then
     for _, waiter in ipairs(redis.call('ZRANGE', line, 0, free - 1)) do
       if waiter == token then break end
-      handPermit(waiter, nowMs, tonumber(ARGV[7]), ARGV[8])
+      handPermit(waiter, nowMs, tonumber(ARGV[8]), ARGV[9])
       free = free - 1
     end
   end
 end
 if granted or free > 0 then
   redis.call('ZADD', lease, nowMs + ttl, token)
-  if joins or granted then leaveLine(token) end
+  if inLine or granted then leaveLine(token) end
   local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', lease, last[2])
   return {nextFence(), 0}
 end
-if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[6])) end
+if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[7])) end
 local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')
 return {0, first[2] and (tonumber(first[2]) - nowMs) or 0}
 `,

@@ -164,10 +164,11 @@ export class RedisStore implements LockStore {
     kind: LeaseKind,
     id: string,
     args: (string | number)[],
-    { fair, liveness }: AttemptOptions,
+    { fair, liveness, inLine }: AttemptOptions,
   ): Promise<Attempt> {
     const joins = liveness > 0 ? '1' : '0';
-    const rest = [fair ? '1' : '0', joins, Math.ceil(liveness), this.handoverLease, this.channelOf(kind, id)];
+    const flags = [fair ? '1' : '0', joins, inLine ? '1' : '0'];
+    const rest = [...flags, Math.ceil(liveness), this.handoverLease, this.channelOf(kind, id)];
     const [fence, retryIn] = (await this.runScript(script, id, this.keysOf(kind, id), [...args, ...rest])) as [
       number,
       number,

@@ -77,6 +77,8 @@ export interface AttemptOptions {
    * sooner; a waiter that stops attempting drops out after that. `0`: a last attempt, no waiting.
    */
   liveness: number;
+  /** This waiter joined the line on an earlier attempt (a first attempt has nothing to leave). */
+  inLine: boolean;
 }
 
 /** The answer to one attempt. */
