@@ -67,15 +67,18 @@ export class LockBackendError extends LockError {
     message: string,
     /** The lock key or semaphore name of the operation that failed. */
     readonly key?: string,
-    options?: ErrorOptions & { code?: LockBackendError['code'] },
+    options?: ErrorOptions & { code?: LockBackendError['code']; retryable?: boolean },
   ) {
     super(message, options);
     this.code = options?.code ?? 'BACKEND_UNAVAILABLE';
+    this.retryable = options?.retryable ?? this.code === 'BACKEND_UNAVAILABLE';
   }
 
-  /** Whether trying again later may succeed. */
+  /** Whether trying again later may succeed (not for a closed store, nor for a `BACKEND_ERROR`). */
+  private readonly retryable: boolean;
+
   get transient(): boolean {
-    return this.code === 'BACKEND_UNAVAILABLE';
+    return this.retryable;
   }
 }
 

@@ -17,6 +17,9 @@ import { LockStore } from './store/store.js';
 
 const logger = new Logger('LockModule');
 
+/** How long a shutdown waits for locked routines in flight to finish and release. */
+const SHUTDOWN_GRACE_MS = 5_000;
+
 @Module({
   providers: [
     {
@@ -50,6 +53,9 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
 
   /** After every module's onModuleDestroy, so that those may still release their locks. */
   async onApplicationShutdown(): Promise<void> {
+    // Routines still running under withLock / withPermit / a decorator get a moment to finish and
+    // release; closing the store under them would leave their leases held for a whole ttl.
+    await this.watchdog.drain(SHUTDOWN_GRACE_MS);
     this.watchdog.close();
     await this.store.close();
   }

@@ -120,9 +120,9 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   if (redis !== undefined) {
     validateRedisOption(redis);
   }
-  if (typeof keyPrefix !== 'string' || /[{}]/.test(keyPrefix)) {
+  if (typeof keyPrefix !== 'string' || /[{}]/.test(keyPrefix) || LONE_SURROGATE.test(keyPrefix)) {
     // A brace in the prefix would move the hash tag off the user key and split a lock's keys across slots.
-    throw new InvalidArgumentError('keyPrefix', 'must be a string without "{" or "}"');
+    throw new InvalidArgumentError('keyPrefix', 'must be a well-formed string without "{" or "}"');
   }
   if (!isPlainObject(defaults)) {
     throw new InvalidArgumentError('defaults', 'must be an object');
@@ -182,12 +182,15 @@ export function resolveLease(
   if (!isPlainObject(options)) {
     throw new InvalidArgumentError('options', 'must be an object');
   }
+  // Only `undefined` means "the default": a `null` is a mistake, and refused like any other non-number.
+  const pick = <K extends keyof LeaseDefaults>(name: K) =>
+    options[name] === undefined ? defaults[name] : options[name];
   return {
-    ttl: duration(`${namePrefix}ttl`, options.ttl ?? defaults.ttl),
-    timeout: duration(`${namePrefix}timeout`, options.timeout ?? defaults.timeout, 0),
-    step: duration(`${namePrefix}step`, options.step ?? defaults.step),
-    ratio: atLeastOne(`${namePrefix}ratio`, options.ratio ?? defaults.ratio),
-    maxStep: duration(`${namePrefix}maxStep`, options.maxStep ?? defaults.maxStep),
+    ttl: duration(`${namePrefix}ttl`, pick('ttl')),
+    timeout: duration(`${namePrefix}timeout`, pick('timeout'), 0),
+    step: duration(`${namePrefix}step`, pick('step')),
+    ratio: atLeastOne(`${namePrefix}ratio`, pick('ratio')),
+    maxStep: duration(`${namePrefix}maxStep`, pick('maxStep')),
   };
 }
 
@@ -280,4 +283,20 @@ export function validateLimit(limit: unknown): number {
     throw new InvalidArgumentError('limit', `must be a whole number ≥ 1, got ${describe(limit)}`);
   }
   return limit;
+}
+
+/** The routine of `withLock` / `withPermit`: checked before anything is taken. */
+export function validateRoutine(fn: unknown): void {
+  if (typeof fn !== 'function') {
+    throw new InvalidArgumentError('fn', `must be a function, got ${describe(fn)}`);
+  }
+}
+
+/** A `LocalSemaphore` only waits: `timeout` is all it can honour. */
+export function validateLocalOptions(options: unknown, extraNames: readonly string[] = []): void {
+  if (!isPlainObject(options)) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  rejectUnknownNames('', options as object, new Set(['timeout', ...extraNames]));
+  resolveLease(DEFAULT_LEASE, options as LeaseOptions);
 }

@@ -12,6 +12,7 @@ import {
   type ResolvedModuleOptions,
   validateCallOptions,
   validateKey,
+  validateRoutine,
 } from './lock.options.js';
 import { LockStore } from './store/store.js';
 
@@ -81,8 +82,13 @@ export class LockService implements OnModuleDestroy {
    */
   async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options: LockOptions = {}): Promise<T> {
     validateKey('key', key);
+    validateRoutine(fn);
     validateCallOptions('lock', options);
-    return holdDuring({ kind: 'lock', id: key }, () => this.acquireOrThrow(key, options, this.keep(options, true)), fn);
+    return holdDuring(
+      { kind: 'lock', id: key, scope: this.store },
+      () => this.acquireOrThrow(key, options, this.keep(options, true)),
+      fn,
+    );
   }
 
   /**
@@ -93,7 +99,9 @@ export class LockService implements OnModuleDestroy {
   async enter(key: string, options: LockOptions = {}): Promise<HoldTicket<HeldLock>> {
     validateKey('key', key);
     validateCallOptions('lock', options);
-    return enterHold({ kind: 'lock', id: key }, () => this.acquireOrThrow(key, options, this.keep(options, true)));
+    return enterHold({ kind: 'lock', id: key, scope: this.store }, () =>
+      this.acquireOrThrow(key, options, this.keep(options, true)),
+    );
   }
 
   /** Releases `key` if `token` holds it (e.g. a token handed over from another process). */
@@ -128,6 +136,8 @@ export class LockService implements OnModuleDestroy {
 
   private async acquire(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock | { waited: number }> {
     validateKey('key', key);
+    // A release of an earlier lease under the caller's own token must not be retried into this one.
+    if (options.token !== undefined) this.watchdog.forgetRelease({ kind: 'lock', id: key, token: options.token });
     const grant = await acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
       kind: 'lock',
       id: key,

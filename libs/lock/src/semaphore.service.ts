@@ -14,6 +14,8 @@ import {
   validateCallOptions,
   validateKey,
   validateLimit,
+  validateLocalOptions,
+  validateRoutine,
 } from './lock.options.js';
 import { LockStore } from './store/store.js';
 
@@ -87,8 +89,9 @@ export class SemaphoreService implements OnModuleDestroy {
     options: SemaphoreOptions = {},
   ): Promise<T> {
     this.validate(name, limit, options);
+    validateRoutine(fn);
     return holdDuring(
-      { kind: 'semaphore', id: name },
+      { kind: 'semaphore', id: name, scope: this.store },
       () => this.acquireOrThrow(name, limit, options, this.keep(options, true)),
       fn,
     );
@@ -101,7 +104,7 @@ export class SemaphoreService implements OnModuleDestroy {
    */
   async enter(name: string, limit: number, options: SemaphoreOptions = {}): Promise<HoldTicket<HeldPermit>> {
     this.validate(name, limit, options);
-    return enterHold({ kind: 'semaphore', id: name }, () =>
+    return enterHold({ kind: 'semaphore', id: name, scope: this.store }, () =>
       this.acquireOrThrow(name, limit, options, this.keep(options, true)),
     );
   }
@@ -117,7 +120,7 @@ export class SemaphoreService implements OnModuleDestroy {
     options: Pick<SemaphoreOptions, 'timeout'> = {},
   ): Promise<HoldTicket<LocalPermit>> {
     this.local(name, limit);
-    return enterHold({ kind: 'local-semaphore', id: name }, () => this.acquireLocal(name, limit, options));
+    return enterHold({ kind: 'local-semaphore', id: name, scope: this }, () => this.acquireLocal(name, limit, options));
   }
 
   /** Permits of `name` held right now (expired leases not counted). */
@@ -135,6 +138,7 @@ export class SemaphoreService implements OnModuleDestroy {
     limit: number,
     options: Pick<SemaphoreOptions, 'timeout'> = {},
   ): Promise<LocalPermit> {
+    validateLocalOptions(options);
     const semaphore = this.local(name, limit);
     const { timeout } = resolveLease(this.options.defaults, { timeout: options.timeout });
     const start = performance.now();

@@ -45,7 +45,8 @@ export interface GuardedMethodDefinition<S> {
  * - The method's own result and errors pass through unchanged; a failed release is logged.
  * - A method declared to return an `Observable` still returns one: the lease is taken on
  *   subscription and held until it completes, errors or is unsubscribed. A result that turns out
- *   to be an `Observable` otherwise is held the same way from the call on.
+ *   to be an `Observable` otherwise was made under the lease, and each subscription to it takes the
+ *   lease again for its own life.
  * - Metadata of other decorators (`@Get`, `@Cron`, …) and the method's name are kept.
  */
 export function guardMethod<S>(
@@ -100,8 +101,10 @@ async function guardedCall(guardOf: () => MethodGuard, call: () => unknown): Pro
     await ticket.leave();
     throw error;
   }
-  if (isObservable(result)) return holdUntilFinished(result, ticket);
   await ticket.leave();
+  // An Observable the method did not declare: its body ran under the lease, and each subscription
+  // takes the lease again for its own life (one lease for all of them would end with the first).
+  if (isObservable(result)) return guardedObservable(guardOf, () => result);
   return result;
 }
 
@@ -128,17 +131,6 @@ function guardedObservable(guardOf: () => MethodGuard, call: () => ObservableInp
       abort.abort();
       inner?.unsubscribe();
       void ticket?.leave();
-    };
-  });
-}
-
-/** An Observable result of a call that already holds its lease: left when it finishes or is dropped. */
-function holdUntilFinished(source: Observable<unknown>, ticket: HoldTicket<ChainLease>): Observable<unknown> {
-  return new Observable<unknown>((subscriber) => {
-    const inner = ticket.run(() => source.subscribe(subscriber));
-    return () => {
-      inner.unsubscribe();
-      void ticket.leave();
     };
   });
 }

@@ -1,5 +1,11 @@
 import { InvalidArgumentError } from '../lock.errors.js';
-import { type SemaphoreOptions, validateCallOptions, validateKey, validateLimit } from '../lock.options.js';
+import {
+  type SemaphoreOptions,
+  validateCallOptions,
+  validateKey,
+  validateLimit,
+  validateLocalOptions,
+} from '../lock.options.js';
 import { SemaphoreService } from '../semaphore.service.js';
 import { classNameOf, type GuardDecorator, guardMethod } from './guarded-method.js';
 
@@ -21,8 +27,9 @@ export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
  */
 export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}): GuardDecorator {
   validateLimit(limit);
-  // Misspelt options fail when the class is defined, not on the first call.
-  validateCallOptions('semaphore', options, ['name', 'scope']);
+  // Misspelt options — and options a local semaphore cannot honour — fail when the class is defined.
+  if (options.scope === 'local') validateLocalOptions(options, ['name', 'scope']);
+  else validateCallOptions('semaphore', options, ['name', 'scope']);
   const { name, scope = 'distributed', ...leaseOptions } = options;
   if (name !== undefined) validateKey('name', name);
   if (scope !== 'distributed' && scope !== 'local') {

@@ -1,7 +1,7 @@
 import { randomFillSync } from 'node:crypto';
 import { type LeaseDefaults, type LockOptions, resolveLease, validateCallOptions } from '../lock.options.js';
 import type { Attempt, AttemptOptions, LeaseKind, LockStore } from '../store/store.js';
-import type { LeaseGrant } from './held-lease.js';
+import { clockDrift, type LeaseGrant } from './held-lease.js';
 import { LocalLines } from './local-line.js';
 import { waitForLease } from './wait-for-lease.js';
 
@@ -52,10 +52,25 @@ export async function acquireLease(
   try {
     // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
     const liveness = 2 * (policy.maxStep + commandTimeout);
+    let lastSentAt = 0;
+    // A grant whose answer came back after its lease ran out may already be someone else's lock:
+    // it is given back, and the wait goes on (as Redlock does with a validity ≤ 0).
+    const ranOutOnArrival = async (leaseMs: number): Promise<boolean> => {
+      if (performance.now() < lastSentAt + leaseMs - clockDrift(leaseMs)) return false;
+      await request.release(token).catch(() => undefined);
+      return true;
+    };
     const won = await waitForLease(
       {
-        attempt: (join, inLine) => request.attempt(token, policy.ttl, { fair, liveness: join ? liveness : 0, inLine }),
-        pause: (ms, signal) => store.waitForTurn(kind, id, token, ms, signal),
+        attempt: async (join, inLine) => {
+          lastSentAt = performance.now();
+          const answer = await request.attempt(token, policy.ttl, { fair, liveness: join ? liveness : 0, inLine });
+          return answer.fence > 0 && (await ranOutOnArrival(policy.ttl)) ? { fence: 0, retryIn: 0 } : answer;
+        },
+        pause: async (ms, signal) => {
+          const handedFence = await store.waitForTurn(kind, id, token, ms, signal);
+          return handedFence > 0 && (await ranOutOnArrival(store.handoverLease)) ? 0 : handedFence;
+        },
         release: () => request.release(token),
       },
       { ...policy, timeout: Math.max(0, start + policy.timeout - performance.now()) },

@@ -22,6 +22,7 @@ export interface LeaseGrant {
 
 /** How a lease is kept: renewed by the watchdog or not, and whether its loss is reported. */
 export interface KeepPolicy {
+  /** Set for good once holders outlive the one that took the lease (`keepAlive()`). */
   autoExtend: boolean;
   /** Log the loss and tell `onLockLost`: the lease was renewed, or a scope (`withLock`, …) still holds it. */
   reportLoss: boolean;
@@ -49,7 +50,7 @@ export function keepPolicy(scoped: boolean, autoExtend: boolean | undefined, sco
  * valid for `ttl` minus this margin (redlock's drift rule), so it never believes in a lease that
  * the server already let go.
  */
-function clockDrift(ttl: number): number {
+export function clockDrift(ttl: number): number {
   return ttl * 0.01 + 2;
 }
 
@@ -85,7 +86,7 @@ export class HeldLease {
     grant: LeaseGrant,
     private readonly store: LockStore,
     private readonly watchdog: Watchdog,
-    readonly policy: KeepPolicy,
+    public policy: KeepPolicy,
   ) {
     this.token = grant.token;
     this.fence = grant.fence;
@@ -167,7 +168,13 @@ export class HeldLease {
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
       const serverDeadline = this.validUntil + clockDrift(this.leaseTtl);
-      if (error instanceof LockBackendError && error.transient) this.watchdog.retryRelease(giveBack, serverDeadline);
+      if (error instanceof LockBackendError && error.transient) {
+        this.watchdog.retryRelease(
+          { kind: this.kind, id: this.id, token: this.token, ttl: this.leaseTtl },
+          giveBack,
+          serverDeadline,
+        );
+      }
       throw error;
     }
   }
@@ -190,6 +197,22 @@ export class HeldLease {
     if (this.policy.reportLoss) this.watchdog.reportLost(error);
   }
 
+  /** Renews the lease from now on (nested holders outlive the one that took it without `autoExtend`). */
+  keepAlive(): void {
+    if (this.policy.autoExtend || this.state !== 'held') return;
+    this.policy = { ...this.policy, autoExtend: true };
+    this.watchdog.track(this);
+  }
+
+  /**
+   * The lease as one holder of a call chain sees it (`withLock` hands it to its function): the same
+   * lease, whose `unlock()` / `release()` / dispose end only that holder's share, so that a nested
+   * holder never frees the lease under the others.
+   */
+  shareWith(leave: () => Promise<boolean>): LeaseShare {
+    return new LeaseShare(this, leave);
+  }
+
   /** Releases, logging a failure instead of throwing it (`withLock`, `withPermit`, `await using`). */
   async releaseQuietly(): Promise<void> {
     await this.release().catch((error: unknown) => warnReleaseFailed(this.subject, error));
@@ -202,5 +225,58 @@ export class HeldLease {
   /** What is held, for messages: `lock "order:42"`, `a permit of "reports"`. */
   get subject(): string {
     return this.kind === 'lock' ? `lock "${this.id}"` : `a permit of "${this.id}"`;
+  }
+}
+
+/** One holder's share of a lease held by several holders of a call chain (see `HeldLease.shareWith`). */
+export class LeaseShare {
+  constructor(
+    private readonly lease: HeldLease,
+    private readonly leave: () => Promise<boolean>,
+  ) {}
+
+  get key(): string {
+    return this.lease.id;
+  }
+
+  get name(): string {
+    return this.lease.id;
+  }
+
+  get token(): string {
+    return this.lease.token;
+  }
+
+  get elapsed(): number {
+    return this.lease.elapsed;
+  }
+
+  get fence(): number {
+    return this.lease.fence;
+  }
+
+  get signal(): AbortSignal {
+    return this.lease.signal;
+  }
+
+  get validity(): number {
+    return this.lease.validity;
+  }
+
+  expire(ttl?: number): Promise<boolean> {
+    return this.lease.expire(ttl);
+  }
+
+  /** Ends this holder's share: the lease is given back when the last holder's share ends. */
+  unlock(): Promise<boolean> {
+    return this.leave();
+  }
+
+  release(): Promise<boolean> {
+    return this.leave();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.leave().catch((error: unknown) => warnReleaseFailed(this.lease.subject, error));
   }
 }

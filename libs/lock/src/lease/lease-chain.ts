@@ -5,8 +5,14 @@ import type { LeaseKind } from '../store/store.js';
 export interface ChainLease {
   /** Neither released nor lost. */
   readonly held: boolean;
+  /** Gives the lease back: `true` if it was still ours. */
+  release(): Promise<boolean>;
   /** Gives the lease back; never throws (a failure is logged, the lease runs out on its own). */
   releaseQuietly(): Promise<void>;
+  /** Renews the lease from now on, whatever it was taken with: holders outlive the one that took it. */
+  keepAlive?(): void;
+  /** What one holder sees of the lease: the same lease, whose `unlock()` / `release()` ends only its own share. */
+  shareWith?(leave: () => Promise<boolean>): object;
 }
 
 export type ChainLeaseKind = LeaseKind | 'local-semaphore';
@@ -30,17 +36,31 @@ class SharedHold<L extends ChainLease> {
     return this.holders > 0 && this.lease.held;
   }
 
+  /** Still held by a holder of the chain (possibly lost meanwhile: its holders may want to see that). */
+  get current(): boolean {
+    return this.holders > 0;
+  }
+
   enter(): HoldTicket<L> {
     this.holders++;
     let left = false;
+    const leave = async (quietly: boolean): Promise<boolean> => {
+      if (left) return false;
+      left = true;
+      if (--this.holders > 0) {
+        // Holders outlive the one that took the lease (perhaps with autoExtend: false): keep it alive for them.
+        this.lease.keepAlive?.();
+        return true;
+      }
+      if (!quietly) return this.lease.release();
+      await this.lease.releaseQuietly();
+      return true;
+    };
     return {
       lease: this.lease,
+      handle: this.lease.shareWith?.(() => leave(false)) ?? this.lease,
       run: (fn) => runWithHold(this, fn),
-      leave: async () => {
-        if (left) return;
-        left = true;
-        if (--this.holders === 0) await this.lease.releaseQuietly();
-      },
+      leave: async () => void (await leave(true)),
     };
   }
 }
@@ -48,16 +68,20 @@ class SharedHold<L extends ChainLease> {
 /** One holder's share of a lease: run code as its holder, then leave (once). */
 export interface HoldTicket<L extends ChainLease> {
   readonly lease: L;
+  /** The lease as this holder's code sees it: its `unlock()` / `release()` leaves this holder's share only. */
+  readonly handle: object;
   /** Runs `fn` (and every chain it starts) as a holder of the lease, so that nested calls join it. */
   run<T>(fn: () => T): T;
   /** This holder is done; the last one to leave releases the lease. */
   leave(): Promise<void>;
 }
 
-/** Which lease of the chain: a kind and a key (or semaphore name). */
+/** Which lease of the chain: a kind and a key (or semaphore name), of one store. */
 export interface HoldEntry {
   kind: ChainLeaseKind;
   id: string;
+  /** The store (or service) the lease belongs to: two applications in one process never share a lease. */
+  scope: object;
 }
 
 /** The holds of the current async call chain, innermost last. Another chain sees its own. */
@@ -78,29 +102,27 @@ export function enterHold<L extends ChainLease>(entry: HoldEntry, acquire: () =>
  * Runs `fn` holding the lease on `entry` (joined or new) and leaves afterwards, whatever `fn` did.
  * The one implementation of "reuse the lease the chain holds, else acquire, run, release".
  */
-export async function holdDuring<L extends ChainLease, T>(
+export async function holdDuring<L extends ChainLease, H, T>(
   entry: HoldEntry,
   acquire: () => Promise<L>,
-  fn: (lease: L) => T | Promise<T>,
+  fn: (handle: H) => T | Promise<T>,
 ): Promise<T> {
   const ticket = await enterHold(entry, acquire);
   try {
-    return await ticket.run(() => fn(ticket.lease));
+    return await ticket.run(() => fn(ticket.handle as H));
   } finally {
     await ticket.leave();
   }
 }
 
-/** The lease on `entry` this chain holds, or with no `id` the innermost open lease of `kind`. */
+/** The lease of `kind` on `id` (or with no `id` the innermost one) that this chain holds, lost or not. */
 export function leaseOfChain(kind: ChainLeaseKind, id?: string): ChainLease | undefined {
   const holds = holdsOfChain.getStore();
-  if (holds === undefined) return undefined;
-  if (id !== undefined) {
-    const hold = holds.get(keyOf({ kind, id }));
-    return hold?.open ? hold.lease : undefined;
-  }
   let innermost: ChainLease | undefined;
-  for (const hold of holds.values()) if (hold.entry.kind === kind && hold.open) innermost = hold.lease;
+  for (const hold of holds?.values() ?? []) {
+    const matches = hold.entry.kind === kind && (id === undefined || hold.entry.id === id);
+    if (matches && hold.current) innermost = hold.lease;
+  }
   return innermost;
 }
 
@@ -113,6 +135,11 @@ function runWithHold<T>(hold: SharedHold<ChainLease>, fn: () => T): T {
   return holdsOfChain.run(holds, fn);
 }
 
-function keyOf({ kind, id }: HoldEntry): string {
-  return `${kind}\0${id}`;
+const scopeIds = new WeakMap<object, number>();
+let lastScopeId = 0;
+
+function keyOf({ kind, id, scope }: HoldEntry): string {
+  let scopeId = scopeIds.get(scope);
+  if (scopeId === undefined) scopeIds.set(scope, (scopeId = ++lastScopeId));
+  return `${scopeId}\0${kind}\0${id}`;
 }

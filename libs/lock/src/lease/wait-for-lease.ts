@@ -70,12 +70,22 @@ export async function waitForLease(
       let answer: Attempt = { fence: 0, retryIn: 0 };
       let failure: LockBackendError | undefined;
       try {
-        answer = await lease.attempt(join, attempts > 1);
+        answer = await untilAborted(lease.attempt(join, attempts > 1), signal);
       } catch (error) {
-        if (!(error instanceof LockBackendError) || !error.transient) throw error;
+        if (signal?.aborted && error === signal.reason) {
+          // Aborted with the attempt still in flight (a frozen server): its answer is not awaited, and
+          // the release sent after it on the same connection undoes whatever it may still take.
+          mayHoldUnwanted = true;
+          throw error;
+        }
+        if (!(error instanceof LockBackendError)) throw error;
+        // A lost reply may still be applied, and a script that failed half-way (a fence counter of the
+        // wrong type) may have taken the lease before it failed: either way a release follows.
+        mayHoldUnwanted = true;
+        if (!error.transient) throw error;
         failure = error;
       }
-      if (join || failure) mayHoldUnwanted = true;
+      if (join) mayHoldUnwanted = true;
 
       if (answer.fence > 0) {
         if (signal?.aborted) {
@@ -109,6 +119,26 @@ export async function waitForLease(
   } finally {
     if (!won && mayHoldUnwanted) lease.release().catch(ignore);
   }
+}
+
+/** `promise`, or the signal's reason as soon as it aborts. */
+function untilAborted<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (signal === undefined) return promise;
+  return new Promise<T>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    if (signal.aborted) return onAbort();
+    signal.addEventListener('abort', onAbort, { once: true });
+    promise.then(
+      (value) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(value);
+      },
+      (error: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(error);
+      },
+    );
+  });
 }
 
 /** `setTimeout` as a promise that an `AbortSignal` cuts short with its reason. */

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import { errorMessage, LockBackendError, type LockLostError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../lock.options.js';
-import type { LockStore } from '../store/store.js';
+import type { LeaseRenewal, LockStore } from '../store/store.js';
 import type { HeldLease } from './held-lease.js';
 
 const logger = new Logger('nest-lock');
@@ -17,7 +17,8 @@ const logger = new Logger('nest-lock');
  */
 export class Watchdog {
   private readonly leases = new Set<HeldLease>();
-  private readonly releaseRetries = new Set<NodeJS.Timeout>();
+  /** Releases being retried, by kind, id and token. */
+  private readonly releaseRetries = new Map<string, NodeJS.Timeout>();
   private timer?: NodeJS.Timeout;
   /** `performance.now()` at which `timer` fires; `Infinity` when none is set. */
   private timerDue = Infinity;
@@ -55,20 +56,41 @@ export class Watchdog {
   /**
    * Tries a release that failed again, backing off from 50 ms to 1 s, until it gets an answer or
    * `until` (`performance.now()`) passes, after which the server has let the lease go by itself.
-   * Compare-and-delete makes a late retry harmless: it never frees a lease someone else took since.
+   * Compare-and-delete makes a late retry harmless to other owners; `forgetRelease` stops it when
+   * the same token takes the same lock again (a caller's own token), so it never frees that lease.
    */
-  retryRelease(giveBack: () => Promise<unknown>, until: number): void {
+  retryRelease(lease: LeaseRenewal, giveBack: () => Promise<unknown>, until: number): void {
+    const key = retryKeyOf(lease);
     const retry = (delay: number) => {
       if (this.closed || performance.now() + delay >= until) return;
       const timer = setTimeout(() => {
-        this.releaseRetries.delete(timer);
+        this.releaseRetries.delete(key);
         giveBack().catch((error: unknown) => {
           if (error instanceof LockBackendError && error.transient) retry(Math.min(delay * 2, 1_000));
         });
       }, delay).unref();
-      this.releaseRetries.add(timer);
+      this.releaseRetries.set(key, timer);
     };
+    this.forgetRelease(lease);
     retry(50);
+  }
+
+  /** Stops retrying the release of `kind`/`id` by `token`: that token is taking it again. */
+  forgetRelease(lease: Omit<LeaseRenewal, 'ttl'>): void {
+    const key = retryKeyOf(lease);
+    clearTimeout(this.releaseRetries.get(key));
+    this.releaseRetries.delete(key);
+  }
+
+  /**
+   * Resolves once no lease held by a scope (`withLock`, `withPermit`, a decorated call) is left — their
+   * routines finished and released — or after `ms`. Renewals go on meanwhile. A graceful shutdown
+   * waits for this before it closes the store, so that it does not leave those leases to run out.
+   */
+  async drain(ms: number): Promise<void> {
+    const deadline = performance.now() + ms;
+    const scopedLeft = () => [...this.leases].some((lease) => lease.policy.reportLoss);
+    while (scopedLeft() && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
   }
 
   /** Stops the timers and forgets every lease (the store is closing: nobody renews, releases or reports any more). */
@@ -77,7 +99,7 @@ export class Watchdog {
     clearTimeout(this.timer);
     this.timerDue = Infinity;
     this.leases.clear();
-    for (const timer of this.releaseRetries) clearTimeout(timer);
+    for (const timer of this.releaseRetries.values()) clearTimeout(timer);
     this.releaseRetries.clear();
   }
 
@@ -95,8 +117,12 @@ export class Watchdog {
     const due: HeldLease[] = [];
     for (const lease of this.leases) {
       // Checked first: a timer that fires late (a frozen process, a blocked event loop) must not renew
-      // a lease that may already belong to someone else.
-      if (now >= lease.deadline) lease.lose('expired');
+      // a lease that may already belong to someone else. With a renewal still on its way, its answer
+      // decides (within a command timeout): the server may have applied it long before the deadline,
+      // and the timer merely fired before the socket was read. `validity` reads 0 meanwhile.
+      if (now >= lease.deadline) {
+        if (!lease.renewing) lease.lose('expired');
+      }
       // Renewing a little early is harmless, and lets leases that fall due together share one round trip.
       else if (renews(lease) && !lease.renewing && now >= lease.renewAt - lease.ttl / 6) due.push(lease);
     }
@@ -149,4 +175,8 @@ function renews(lease: HeldLease): boolean {
 
 function warnHookFailed(error: unknown): void {
   logger.warn(`onLockLost threw: ${errorMessage(error)}`);
+}
+
+function retryKeyOf({ kind, id, token }: Omit<LeaseRenewal, 'ttl'>): string {
+  return `${kind}\0${id}\0${token}`;
 }

@@ -26,8 +26,7 @@ export class MemoryStore implements LockStore {
   /** Semaphore name → permit token → lease. */
   private readonly semaphores = new Map<string, Map<string, Lease>>();
   private readonly sleepers = new Map<string, Set<() => void>>();
-  /** The last fence handed out per lock key or semaphore name; kept for the life of the store, like Redis's counters. */
-  private readonly fences = new Map<string, number>();
+  private lastFence = 0;
   private closed = false;
 
   async acquireLock(key: string, token: string, ttl: number): Promise<Attempt> {
@@ -35,7 +34,7 @@ export class MemoryStore implements LockStore {
     if (holder !== undefined && holder.token !== token)
       return { fence: 0, retryIn: holder.deadline - performance.now() };
     this.grantLock(key, token, ttl);
-    return { fence: this.nextFence('lock', key), retryIn: 0 };
+    return { fence: this.nextFence(), retryIn: 0 };
   }
 
   async releaseLock(key: string, token: string): Promise<boolean> {
@@ -61,7 +60,7 @@ export class MemoryStore implements LockStore {
       return { fence: 0, retryIn: firstDeadline - performance.now() };
     }
     this.grantPermit(name, token, ttl);
-    return { fence: this.nextFence('semaphore', name), retryIn: 0 };
+    return { fence: this.nextFence(), retryIn: 0 };
   }
 
   async releasePermit(name: string, token: string): Promise<boolean> {
@@ -178,11 +177,15 @@ export class MemoryStore implements LockStore {
     this.wake('semaphore', name);
   }
 
-  private nextFence(kind: LeaseKind, id: string): number {
-    const channel = channelOf(kind, id);
-    const fence = (this.fences.get(channel) ?? 0) + 1;
-    this.fences.set(channel, fence);
-    return fence;
+  /**
+   * Fences from the clock, as on Redis: the clock in microseconds, or one more than the last fence
+   * when that is ahead. So they increase for every key of the store (one number for all: nothing to
+   * keep per key), and across restarts of the process.
+   */
+  private nextFence(): number {
+    const micros = Math.floor((performance.timeOrigin + performance.now()) * 1_000);
+    this.lastFence = Math.max(this.lastFence + 1, micros);
+    return this.lastFence;
   }
 
   /**
@@ -208,7 +211,7 @@ export class MemoryStore implements LockStore {
   }
 
   private assertOpen(key: string): void {
-    if (this.closed) throw new LockBackendError('The memory lock store is closed', key);
+    if (this.closed) throw new LockBackendError('The memory lock store is closed', key, { retryable: false });
   }
 }
 

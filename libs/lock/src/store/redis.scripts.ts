@@ -31,19 +31,20 @@ local function serverTime()
   return math.floor(micros / 1000), micros
 end
 
--- INCR of a counter that never expires. A missing counter (first use, or lost to a restart without
--- persistence or a FLUSHALL) starts from the server clock in microseconds: above every fence it
--- handed out before, unless there were more acquisitions than microseconds since.
+-- The counter is read before anything is written: a counter of the wrong type fails the script
+-- before it takes a lease.
+local lastFence = tonumber(redis.call('GET', counter)) or 0
+
+-- The next fence: the server clock in microseconds, or one more than the last fence when that is
+-- ahead. It increases even when the counter was lost (a restart without persistence, a FLUSHALL)
+-- or restored from an older snapshot, as long as the server clock does not go back. The counter
+-- never expires.
 local function nextFence()
-  local fence = redis.call('INCR', counter)
-  if fence == 1 then
-    -- As a string: Lua would write a number this large in exponent notation.
-    local time = redis.call('TIME')
-    local micros = time[1] .. string.format('%06d', tonumber(time[2]))
-    redis.call('SET', counter, micros)
-    fence = tonumber(micros)
-  end
-  return fence
+  local _, micros = serverTime()
+  lastFence = math.max(lastFence + 1, micros)
+  -- '%.0f': Lua would write a number this large in exponent notation, rounded.
+  redis.call('SET', counter, string.format('%.0f', lastFence))
+  return lastFence
 end
 
 local function leaveLine(token)
@@ -70,7 +71,6 @@ end
 
 -- Tells one waiter that the lease is its own now, with the fence of its lease.
 local function tell(channel, waiter)
-  -- '%.0f': concatenating the number would write a large fence in exponent notation, rounded.
   redis.call('PUBLISH', channel, waiter .. ' ' .. string.format('%.0f', nextFence()))
 end
 `;

@@ -207,7 +207,7 @@ export class RedisStore implements LockStore {
 
   /** Runs one store operation: a closed store, a timeout and every client error become `LockBackendError`. */
   private async run<T>(key: string, operation: string, command: () => Promise<T>): Promise<T> {
-    if (this.closed) throw new LockBackendError('The Redis lock store is closed', key);
+    if (this.closed) throw new LockBackendError('The Redis lock store is closed', key, { retryable: false });
     try {
       return await this.withTimeout(command(), operation, key);
     } catch (error) {
