@@ -62,7 +62,7 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
           await delay(TTL / 2);
           // Another call chain, so that it does not join the lock as a nested holder.
           const intruder = await new Promise<Lock | null>((resolve, reject) =>
-            setImmediate(() => app.locks.tryLock(key).then(resolve, reject)),
+            setImmediate(() => void app.locks.tryLock(key).then(resolve, reject)),
           );
           expect(intruder).toBeNull();
           expect(lock.signal.aborted).toBe(false);
@@ -304,7 +304,7 @@ describe('currentLock() and currentPermit() in decorated methods', () => {
   @Injectable()
   class Jobs {
     @WithLock('job:{0}', { ttl: TTL })
-    async run(id: string): Promise<{ key?: string; fence?: number; aborted?: boolean }> {
+    async run(_id: string): Promise<{ key?: string; fence?: number; aborted?: boolean }> {
       await delay(TTL * 2);
       const lock = currentLock();
       return { key: lock?.key, fence: lock?.fence, aborted: lock?.signal.aborted };

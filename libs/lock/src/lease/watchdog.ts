@@ -18,7 +18,7 @@ const logger = new Logger('nest-lock');
 export class Watchdog {
   private readonly leases = new Set<HeldLease>();
   /** Releases being retried, by kind, id and token. */
-  private readonly releaseRetries = new Map<string, NodeJS.Timeout>();
+  private readonly releaseRetries = new Map<string, { timer?: NodeJS.Timeout; cancelled: boolean }>();
   private timer?: NodeJS.Timeout;
   /** `performance.now()` at which `timer` fires; `Infinity` when none is set. */
   private timerDue = Infinity;
@@ -61,24 +61,36 @@ export class Watchdog {
    */
   retryRelease(lease: LeaseRenewal, giveBack: () => Promise<unknown>, until: number): void {
     const key = retryKeyOf(lease);
+    this.forgetRelease(lease);
+    const retrying = { timer: undefined as NodeJS.Timeout | undefined, cancelled: false };
+    const done = () => {
+      if (this.releaseRetries.get(key) === retrying) this.releaseRetries.delete(key);
+    };
     const retry = (delay: number) => {
-      if (this.closed || performance.now() + delay >= until) return;
-      const timer = setTimeout(() => {
-        this.releaseRetries.delete(key);
-        giveBack().catch((error: unknown) => {
+      if (this.closed || retrying.cancelled || performance.now() + delay >= until) return done();
+      retrying.timer = setTimeout(() => {
+        if (retrying.cancelled) return;
+        giveBack().then(done, (error: unknown) => {
           if (error instanceof LockBackendError && error.transient) retry(Math.min(delay * 2, 1_000));
+          else done();
         });
       }, delay).unref();
-      this.releaseRetries.set(key, timer);
     };
-    this.forgetRelease(lease);
+    this.releaseRetries.set(key, retrying);
     retry(50);
   }
 
-  /** Stops retrying the release of `kind`/`id` by `token`: that token is taking it again. */
+  /**
+   * Stops retrying the release of `kind`/`id` by `token` — also after a retry that is on its way
+   * now: that token is taking the lock again. (A retry already sent goes before the new attempt on
+   * the same connection, so it only ever frees the old lease.)
+   */
   forgetRelease(lease: Omit<LeaseRenewal, 'ttl'>): void {
     const key = retryKeyOf(lease);
-    clearTimeout(this.releaseRetries.get(key));
+    const retrying = this.releaseRetries.get(key);
+    if (retrying === undefined) return;
+    retrying.cancelled = true;
+    clearTimeout(retrying.timer);
     this.releaseRetries.delete(key);
   }
 
@@ -99,7 +111,10 @@ export class Watchdog {
     clearTimeout(this.timer);
     this.timerDue = Infinity;
     this.leases.clear();
-    for (const timer of this.releaseRetries.values()) clearTimeout(timer);
+    for (const retrying of this.releaseRetries.values()) {
+      retrying.cancelled = true;
+      clearTimeout(retrying.timer);
+    }
     this.releaseRetries.clear();
   }
 

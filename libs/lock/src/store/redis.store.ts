@@ -194,22 +194,29 @@ export class RedisStore implements LockStore {
   }
 
   private runScript(script: RedisScript, key: string, keys: string[], args: (string | number)[]): Promise<unknown> {
-    return this.run(key, script.name, async () => {
+    return this.run(key, script.name, async (timedOut) => {
       try {
         return await this.client.evalsha(script.sha, script.numberOfKeys, ...keys, ...args);
       } catch (error) {
-        // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again.
-        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+        // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
+        // unless the caller already gave up on this command: resent that late, it would come after the
+        // caller's next commands (a release sent again after a new lock with the same token).
+        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
         return await this.client.eval(script.source, script.numberOfKeys, ...keys, ...args);
       }
     });
   }
 
   /** Runs one store operation: a closed store, a timeout and every client error become `LockBackendError`. */
-  private async run<T>(key: string, operation: string, command: () => Promise<T>): Promise<T> {
+  private async run<T>(key: string, operation: string, command: (timedOut: () => boolean) => Promise<T>): Promise<T> {
     if (this.closed) throw new LockBackendError('The Redis lock store is closed', key, { retryable: false });
+    const deadline = performance.now() + this.options.commandTimeout;
     try {
-      return await this.withTimeout(command(), operation, key);
+      return await this.withTimeout(
+        command(() => performance.now() >= deadline),
+        operation,
+        key,
+      );
     } catch (error) {
       throw this.backendError(error, operation, key);
     }
