@@ -1,0 +1,92 @@
+// A private, throwaway redis-server for the bench: a free 127.0.0.1 port, no persistence,
+// stopped by its PID. Never touches a server it did not start.
+import { spawn, spawnSync } from 'node:child_process';
+import { once } from 'node:events';
+import { createConnection, createServer } from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
+
+const BINARY = process.env.REDIS_SERVER || 'redis-server';
+const started = new Set();
+// A crashed bench must not leave its server behind.
+process.once('exit', () => {
+  for (const child of started) child.kill('SIGKILL');
+});
+
+/**
+ * Starts `redis-server` on a free port; resolves once it answers PING. With `cpus` (e.g. `'0'`)
+ * the server runs pinned to those CPUs (through `taskset`, which execs it under the same PID).
+ */
+export async function startRedis({ cpus } = {}) {
+  const probe = spawnSync(BINARY, ['--version'], { encoding: 'utf8' });
+  if (probe.error) throw new Error(`Cannot run "${BINARY}": install redis-server or set REDIS_SERVER to its path`);
+  const version = /v=(\S+)/.exec(probe.stdout)?.[1] ?? 'unknown';
+  for (let tries = 1; ; tries++) {
+    const port = await freePort();
+    try {
+      return await launch(port, version, cpus);
+    } catch (error) {
+      // Another process may have taken the port between our probe and redis binding it.
+      if (tries === 3) throw error;
+    }
+  }
+}
+
+async function launch(port, version, cpus) {
+  const args = [BINARY, '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
+  args.push('--loglevel', 'warning');
+  const [command, ...rest] = cpus === undefined ? args : ['taskset', '-c', cpus, ...args];
+  const child = spawn(command, rest, { stdio: ['ignore', 'ignore', 'pipe'] });
+  let stderr = '';
+  child.stderr.on('data', (chunk) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
+  started.add(child);
+  child.once('exit', () => started.delete(child));
+  const deadline = Date.now() + 10_000;
+  while (!(await ping(port))) {
+    if (child.exitCode !== null || Date.now() > deadline) {
+      if (child.exitCode === null) child.kill('SIGKILL');
+      throw new Error(`redis-server on port ${port} did not start: ${stderr}`);
+    }
+    await delay(20);
+  }
+  return {
+    port,
+    version,
+    cpus,
+    pid: child.pid,
+    url: `redis://127.0.0.1:${port}`,
+    /** SIGTERM by PID, SIGKILL after 5 s. */
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = once(child, 'exit');
+      process.kill(child.pid, 'SIGTERM');
+      const timer = setTimeout(() => child.exitCode === null && process.kill(child.pid, 'SIGKILL'), 5_000);
+      await exited;
+      clearTimeout(timer);
+    },
+  };
+}
+
+async function freePort() {
+  const server = createServer();
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  const { port } = server.address();
+  server.close();
+  await once(server, 'close');
+  return port;
+}
+
+function ping(port) {
+  return new Promise((resolve) => {
+    const socket = createConnection({ port, host: '127.0.0.1' });
+    socket.setTimeout(500);
+    const finish = (answer) => {
+      socket.destroy();
+      resolve(answer);
+    };
+    socket.once('connect', () => socket.write('PING\r\n'));
+    socket.once('data', (data) => finish(data.toString().startsWith('+PONG')));
+    socket.once('error', () => finish(false));
+    socket.once('timeout', () => finish(false));
+  });
+}
