@@ -3,6 +3,7 @@ import { Injectable } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
 import { LockBackendError, LockModule, LockService, SemaphoreService, WithLock } from 'nest-lock';
+import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -236,6 +237,8 @@ describe('reply errors from Redis', () => {
       await redis.config('SET', 'busy-reply-threshold', '100');
       const runner = new Redis(server.url);
       const killer = new Redis(server.url);
+      // Connected before the server turns busy: a connection whose ready check meets BUSY is not usable.
+      await Promise.all([once(runner, 'ready'), once(killer, 'ready')]);
       try {
         const slowScript = runner.eval('while true do end', 0).catch((e: unknown) => e);
         await delay(200);
@@ -251,6 +254,12 @@ describe('reply errors from Redis', () => {
         expect(lock.elapsed).toBeGreaterThan(0);
         expect(await lock.unlock()).toBe(true);
       } finally {
+        // Whatever happened above, the slow script must not outlive this test.
+        for (let tries = 0; tries < 50; tries++) {
+          const answer = String(await killer.script('KILL').catch((e: unknown) => e));
+          if (answer.includes('NOTBUSY')) break;
+          await delay(20);
+        }
         runner.disconnect();
         killer.disconnect();
         await redis.config('SET', 'busy-reply-threshold', '5000');
