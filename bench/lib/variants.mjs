@@ -1,10 +1,9 @@
 // What the bench compares: one row per library (or configuration of one). The parent process
 // reads this table to plan the runs; each worker process opens the row it was given with `open()`.
 //
-// To measure another configuration of nest-lock, add a row with its per-call `options`, e.g.
-//   { id: 'nest-lock-unfair', label: 'nest-lock fair:false', kind: 'nest-lock', role: 'subject', options: { fair: false }, workloads: ALL },
-// Those options are passed to every `lock()`, `withLock()` and `withPermit()` call of that row
-// (nest-lock refuses option names it does not know, so only pass the ones it has).
+// Another configuration of nest-lock is one more row with its per-call `options` (passed to every
+// `lock()`, `withLock()` and `withPermit()` call of that row; nest-lock refuses option names it
+// does not know, so only pass the ones it has), like the `fair: false` row below.
 import { randomBytes } from 'node:crypto';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -34,6 +33,14 @@ export const VARIANTS = [
     primary: true,
     options: {},
     workloads: ALL,
+  },
+  {
+    id: 'nest-lock-unfair',
+    label: 'nest-lock (fair: false)',
+    kind: 'nest-lock',
+    role: 'subject',
+    options: { fair: false },
+    workloads: ['W3', 'W4'],
   },
   {
     id: 'redis-semaphore',

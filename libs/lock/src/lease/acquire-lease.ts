@@ -49,27 +49,46 @@ export async function acquireLease(
     leaveLocalLine = await lines.enter(line, start + policy.timeout, options.signal);
     if (leaveLocalLine === null) return { waited: performance.now() - start };
   }
+  // Opened before the first attempt: a lease handed over while an attempt is on its way is kept.
+  const turn = store.openTurn(kind, id, token);
   try {
     // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
     const liveness = 2 * (policy.maxStep + commandTimeout);
-    let lastSentAt = 0;
+    // The send time of the latest attempt answered "wait": a lease handed over later began after it.
+    let toldToWaitAt = -Infinity;
+    const extend = (holder: string, ttl: number) =>
+      kind === 'lock' ? store.extendLock(id, holder, ttl) : store.extendPermit(id, holder, ttl);
     // A grant whose answer came back after its lease ran out may already be someone else's lock:
     // it is given back, and the wait goes on (as Redlock does with a validity ≤ 0).
-    const ranOutOnArrival = async (leaseMs: number): Promise<boolean> => {
-      if (performance.now() < lastSentAt + leaseMs - clockDrift(leaseMs)) return false;
+    const ranOutOnArrival = async (sentAt: number, leaseMs: number): Promise<boolean> => {
+      if (performance.now() < sentAt + leaseMs - clockDrift(leaseMs)) return false;
       await request.release(token).catch(() => undefined);
       return true;
     };
     const won = await waitForLease(
       {
         attempt: async (join, inLine) => {
-          lastSentAt = performance.now();
+          const sentAt = performance.now();
           const answer = await request.attempt(token, policy.ttl, { fair, liveness: join ? liveness : 0, inLine });
-          return answer.fence > 0 && (await ranOutOnArrival(policy.ttl)) ? { fence: 0, retryIn: 0 } : answer;
+          if (answer.fence === 0) toldToWaitAt = sentAt;
+          return answer.fence > 0 && (await ranOutOnArrival(sentAt, policy.ttl)) ? { fence: 0, retryIn: 0 } : answer;
         },
-        pause: async (ms, signal) => {
-          const handedFence = await store.waitForTurn(kind, id, token, ms, signal);
-          return handedFence > 0 && (await ranOutOnArrival(store.handoverLease)) ? 0 : handedFence;
+        pause: async (wait, signal) => {
+          const fence = await turn.wait(wait, signal);
+          if (fence === 0) return null;
+          // Handed over for the store's handover lease, after the last attempt that was told to wait.
+          const handover = Math.min(store.handoverLease, policy.ttl);
+          if (performance.now() < toldToWaitAt + handover - clockDrift(handover)) {
+            return { fence, sentAt: toldToWaitAt, serverTtl: handover };
+          }
+          // That attempt was too long ago to vouch for the handover lease (or its answer was lost): the
+          // lease is ours only if extending it finds it still ours (then it was nobody else's meanwhile).
+          const sentAt = performance.now();
+          const extended = await extend(token, policy.ttl).catch(() => undefined);
+          if (extended === true) return { fence, sentAt, serverTtl: policy.ttl };
+          // No answer: it may be ours after all, and nobody will use it.
+          if (extended === undefined) await request.release(token).catch(() => undefined);
+          return null;
         },
         release: () => request.release(token),
       },
@@ -82,11 +101,11 @@ export async function acquireLease(
       ttl: policy.ttl,
       fence: won.fence,
       sentAt: won.sentAt,
-      // Handed over by a release, the lease lasts the store's handover lease until it is extended.
-      serverTtl: won.handedOver ? Math.min(store.handoverLease, policy.ttl) : policy.ttl,
+      serverTtl: won.serverTtl ?? policy.ttl,
       elapsed: won.elapsed === 0 && !queuedLocally ? 0 : performance.now() - start,
     };
   } finally {
+    turn.close();
     leaveLocalLine?.();
   }
 }

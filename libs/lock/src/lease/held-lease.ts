@@ -70,6 +70,8 @@ export class HeldLease {
   private leaseTtl: number;
   /** When the watchdog should renew it next (only with `autoExtend`). */
   renewAt: number;
+  /** How long the lease the store holds now runs: the short handover lease until the first renewal, then the ttl. */
+  serverLease: number;
   /** A renewal is on its way; the watchdog sends no second one. */
   renewing = false;
   /** Handed over for a short lease: the watchdog extends it to `ttl` once, `autoExtend` or not. */
@@ -94,6 +96,7 @@ export class HeldLease {
     this.leaseTtl = grant.ttl;
     this.validUntil = grant.sentAt + grant.serverTtl - clockDrift(grant.serverTtl);
     this.renewAt = grant.sentAt + grant.serverTtl / 3;
+    this.serverLease = grant.serverTtl;
     this.mustExtend = grant.serverTtl < grant.ttl;
     watchdog.track(this);
   }
@@ -184,6 +187,7 @@ export class HeldLease {
     this.mustExtend = false;
     this.validUntil = sentAt + ttl - clockDrift(ttl);
     this.renewAt = sentAt + ttl / 3;
+    this.serverLease = ttl;
   }
 
   /** Called once it is known that the lease is no longer ours. */

@@ -1,6 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
 import { LockBackendError } from '../lock.errors.js';
-import { sleep, waitForLease, type WaitPolicy } from './wait-for-lease.js';
+import type { TurnWait } from '../store/store.js';
+import { type HandedLease, sleep, waitForLease, type WaitPolicy } from './wait-for-lease.js';
 
 /** An attempt that answers from a script (a fence, 0 = taken, or an error), recording when it was made. */
 function scriptedLease(answers: (number | Error)[], fallback: number | Error = 0) {
@@ -17,7 +18,9 @@ function scriptedLease(answers: (number | Error)[], fallback: number | Error = 0
         if (answer instanceof Error) throw answer;
         return { fence: answer, retryIn: 0 };
       },
-      pause: (ms: number, signal?: AbortSignal): Promise<number> => sleep(ms, signal).then(() => 0),
+      // A store that cannot promise wake-ups: every wait lasts the backoff step.
+      pause: ({ step }: TurnWait, signal?: AbortSignal): Promise<HandedLease | null> =>
+        sleep(step, signal).then(() => null),
       release: async () => {
         releases++;
         return true;
@@ -51,9 +54,9 @@ describe('waitForLease', () => {
   it('grows the wait by ratio up to maxStep, with jitter within ±25 %', async () => {
     const pauses: number[] = [];
     const { lease } = scriptedLease([0, 0, 0, 0, 0, 0, 1]);
-    lease.pause = (ms: number) => {
-      pauses.push(ms);
-      return sleep(ms).then(() => 0);
+    lease.pause = ({ step }: TurnWait) => {
+      pauses.push(step);
+      return sleep(step).then(() => null);
     };
 
     await waitForLease(lease, policy({ step: 2, ratio: 3, maxStep: 40 }));
@@ -124,9 +127,9 @@ describe('waitForLease', () => {
     const controller = new AbortController();
     const reason = new Error('aborted');
     const { lease, releases } = scriptedLease([new LockBackendError('timed out')], 0);
-    lease.pause = async (ms: number, signal?: AbortSignal) => {
+    lease.pause = async ({ step }: TurnWait, signal?: AbortSignal) => {
       controller.abort(reason);
-      return sleep(ms, signal).then(() => 0);
+      return sleep(step, signal).then(() => null);
     };
 
     await expect(waitForLease(lease, policy({}), controller.signal)).rejects.toBe(reason);
@@ -136,9 +139,9 @@ describe('waitForLease', () => {
   it('leaves the line when the signal ends a wait whose attempts were all answered', async () => {
     const controller = new AbortController();
     const { lease, releases } = scriptedLease([], 0);
-    lease.pause = async (ms: number, signal?: AbortSignal) => {
+    lease.pause = async ({ step }: TurnWait, signal?: AbortSignal) => {
       controller.abort(new Error('aborted'));
-      return sleep(ms, signal).then(() => 0);
+      return sleep(step, signal).then(() => null);
     };
 
     await expect(waitForLease(lease, policy({}), controller.signal)).rejects.toThrow('aborted');
@@ -156,28 +159,62 @@ describe('waitForLease', () => {
 });
 
 describe('waitForLease with wake-ups', () => {
-  it('takes a lease handed over during a pause, dated from the attempt that was told to wait', async () => {
+  it('takes a lease handed over during a pause, as the store dates it', async () => {
     const { lease, attemptsAt } = scriptedLease([0]);
-    lease.pause = async () => 42;
+    lease.pause = async () => ({ fence: 42, sentAt: 5, serverTtl: 1_000 });
 
     const won = await waitForLease(lease, policy({}));
 
-    expect(won).toMatchObject({ fence: 42, handedOver: true });
+    expect(won).toMatchObject({ fence: 42, sentAt: 5, serverTtl: 1_000 });
     expect(attemptsAt).toHaveLength(1);
+  });
+
+  it('told of releases, waits up to maxStep (to keep its place in line); the step bounds only a wait that may not be told', async () => {
+    const waits: TurnWait[] = [];
+    const { lease } = scriptedLease([0, 0, 0, 1]);
+    lease.pause = async (wait: TurnWait) => {
+      waits.push(wait);
+      return null;
+    };
+
+    await waitForLease(lease, policy({ step: 2, ratio: 2, maxStep: 400, timeout: 10_000 }));
+
+    expect(waits).toHaveLength(3);
+    waits.forEach((wait, i) => {
+      expect(wait.limit).toBeGreaterThanOrEqual(300);
+      expect(wait.limit).toBeLessThanOrEqual(500);
+      expect(wait.step).toBeGreaterThanOrEqual(2 * 2 ** i * 0.75);
+      expect(wait.step).toBeLessThanOrEqual(2 * 2 ** i * 1.25);
+    });
+  });
+
+  it('after a failed attempt waits only the step, told of releases or not', async () => {
+    const waits: TurnWait[] = [];
+    const { lease } = scriptedLease([new LockBackendError('connection refused'), 1]);
+    lease.pause = async (wait: TurnWait) => {
+      waits.push(wait);
+      return null;
+    };
+
+    await waitForLease(lease, policy({ step: 20, maxStep: 400 }));
+
+    expect(waits).toHaveLength(1);
+    expect(waits[0].limit).toBe(waits[0].step);
+    expect(waits[0].limit).toBeLessThanOrEqual(25);
   });
 
   it("looks again when the holder's lease runs out by itself, even with a long step", async () => {
     const pauses: number[] = [];
     const { lease } = scriptedLease([]);
     lease.attempt = async () => ({ fence: pauses.length > 0 ? 1 : 0, retryIn: 30 });
-    lease.pause = async (ms: number) => {
-      pauses.push(ms);
-      return 0;
+    lease.pause = async ({ limit, step }: TurnWait) => {
+      pauses.push(limit, step);
+      return null;
     };
 
     await waitForLease(lease, policy({ step: 400, maxStep: 400 }));
 
-    expect(pauses).toEqual([31]);
+    expect(pauses).toEqual([31, 31]);
   });
 
   it('does not join the line on the one attempt of timeout 0, so nothing needs to be left', async () => {

@@ -1,5 +1,5 @@
 import { LockBackendError } from '../lock.errors.js';
-import type { Attempt } from '../store/store.js';
+import type { Attempt, TurnWait } from '../store/store.js';
 
 /** How a caller waits: the backoff of `lua-resty-lock`, in milliseconds. */
 export interface WaitPolicy {
@@ -13,12 +13,22 @@ export interface LeaseAttempt {
   /** One attempt; `join`: stay in line (and be woken) if not granted; `inLine`: joined before. */
   attempt(join: boolean, inLine: boolean): Promise<Attempt>;
   /**
-   * Waits up to `ms`, sooner when the store sees the lease released; resolves with the fence when
-   * the lease was handed to this waiter meanwhile, else 0. Rejects with the signal's reason on abort.
+   * Waits for the lease to be released (see `LockStore.waitForTurn` for the two bounds); resolves
+   * with the lease when it was handed to this waiter meanwhile, else `null`. Rejects with the
+   * signal's reason on abort.
    */
-  pause(ms: number, signal?: AbortSignal): Promise<number>;
+  pause(wait: TurnWait, signal?: AbortSignal): Promise<HandedLease | null>;
   /** Gives the lease back, or leaves the line. */
   release(): Promise<unknown>;
+}
+
+/** A lease a release handed to the waiter. */
+export interface HandedLease {
+  fence: number;
+  /** `performance.now()` before which the lease surely did not start. */
+  sentAt: number;
+  /** How long the store's lease runs from `sentAt` (the short handover lease, until it is extended). */
+  serverTtl: number;
 }
 
 /** A lease the wait loop won. */
@@ -26,21 +36,20 @@ export interface WonLease {
   /** Milliseconds spent waiting (exactly 0 when the first attempt succeeded). */
   elapsed: number;
   fence: number;
-  /**
-   * `performance.now()` before which the lease surely did not start: the send time of the winning
-   * attempt, or for a lease handed over, of the last attempt that was told to wait.
-   */
+  /** `performance.now()` before which the lease surely did not start: the send time of the winning attempt. */
   sentAt: number;
-  /** Handed over by a release: it runs for the store's handover lease until it is extended. */
-  handedOver: boolean;
+  /** Handed over by a release: how long the store's lease runs from `sentAt`; else the ttl asked for. */
+  serverTtl?: number;
 }
 
 /**
- * The one wait loop of locks and semaphores. Attempt; on failure wait for a wake-up, at most `step`
- * (±25 % jitter, growing by `ratio` up to `maxStep`) and at most until the holder's lease runs out
- * by itself; the last wait is cut to end at the deadline, where one final attempt is made. A
- * release may wake the waiter at once, or hand it the lease outright (fair waiting). Resolves with
- * the lease won, or `null` when the deadline passed.
+ * The one wait loop of locks and semaphores. Attempt; on failure wait for a release to wake the
+ * waiter (or to hand it the lease outright: fair waiting), at most until the holder's lease runs
+ * out by itself, and at most `maxStep` (±25 % jitter) so that the waiter keeps its place in line.
+ * While the store cannot promise to hear of a release (not subscribed yet, or the subscription was
+ * lost), and after a failed attempt, each wait is cut to the backoff `step` (±25 % jitter, growing
+ * by `ratio` up to `maxStep`). The last wait ends at the deadline, where one final attempt is
+ * made. Resolves with the lease won, or `null` when the deadline passed.
  *
  * A transient backend failure during the wait is retried like a busy lease until the deadline,
  * so a short outage (a failover) costs a delay, not an error; if the final attempt failed that
@@ -98,7 +107,6 @@ export async function waitForLease(
           elapsed: attempts === 1 ? 0 : performance.now() - start,
           fence: answer.fence,
           sentAt,
-          handedOver: false,
         };
       }
 
@@ -109,10 +117,12 @@ export async function waitForLease(
       }
       // The holder's lease runs out by itself after `retryIn`: look again then, even without a wake-up.
       const untilExpiry = answer.retryIn > 0 ? answer.retryIn + 1 : Infinity;
-      const handedFence = await lease.pause(Math.min(jittered(step), remaining, untilExpiry), signal);
-      if (handedFence > 0) {
+      const stepWait = Math.min(jittered(step), remaining, untilExpiry);
+      const limit = failure ? stepWait : Math.min(jittered(policy.maxStep), remaining, untilExpiry);
+      const handed = await lease.pause({ limit, step: Math.min(stepWait, limit) }, signal);
+      if (handed !== null) {
         won = true;
-        return { elapsed: performance.now() - start, fence: handedFence, sentAt, handedOver: true };
+        return { elapsed: performance.now() - start, ...handed };
       }
       step = Math.min(step * policy.ratio, policy.maxStep);
     }

@@ -139,7 +139,7 @@ export class Watchdog {
         if (!lease.renewing) lease.lose('expired');
       }
       // Renewing a little early is harmless, and lets leases that fall due together share one round trip.
-      else if (renews(lease) && !lease.renewing && now >= lease.renewAt - lease.ttl / 6) due.push(lease);
+      else if (renews(lease) && !lease.renewing && now >= lease.renewAt - lease.serverLease / 6) due.push(lease);
     }
     if (due.length > 0) void this.renew(due);
     this.scheduleNext();

@@ -1,6 +1,6 @@
 import { LockBackendError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../lock.options.js';
-import type { Attempt, LeaseKind, LeaseRenewal, LockStore } from './store.js';
+import type { Attempt, LeaseKind, LeaseRenewal, LockStore, Turn } from './store.js';
 
 interface Lease {
   /** `performance.now()` at which the lease ends. */
@@ -89,13 +89,27 @@ export class MemoryStore implements LockStore {
     );
   }
 
-  waitForTurn(kind: LeaseKind, key: string, _token: string, maxWait: number, signal?: AbortSignal): Promise<number> {
+  /** Releases here never hand a lease over; they wake every waiter, so a wait lasts up to its limit. */
+  openTurn(kind: LeaseKind, key: string): Turn {
+    return { wait: (wait, signal) => this.sleep(channelOf(kind, key), wait.limit, signal), close: () => undefined };
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const lease of this.locks.values()) clearTimeout(lease.expiry);
+    for (const permits of this.semaphores.values()) for (const lease of permits.values()) clearTimeout(lease.expiry);
+    this.locks.clear();
+    this.semaphores.clear();
+    for (const sleepers of this.sleepers.values()) for (const wake of [...sleepers]) wake();
+  }
+
+  /** Resolves with 0 when `channel` is woken or after `ms`; rejects with the signal's reason on abort. */
+  private sleep(channel: string, ms: number, signal?: AbortSignal): Promise<number> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
         return;
       }
-      const channel = channelOf(kind, key);
       const sleepers = this.sleepers.get(channel) ?? new Set<() => void>();
       this.sleepers.set(channel, sleepers);
       const settle = () => {
@@ -112,19 +126,10 @@ export class MemoryStore implements LockStore {
         settle();
         reject(signal!.reason);
       };
-      const timer = setTimeout(wake, maxWait);
+      const timer = setTimeout(wake, ms);
       sleepers.add(wake);
       signal?.addEventListener('abort', onAbort, { once: true });
     });
-  }
-
-  async close(): Promise<void> {
-    this.closed = true;
-    for (const lease of this.locks.values()) clearTimeout(lease.expiry);
-    for (const permits of this.semaphores.values()) for (const lease of permits.values()) clearTimeout(lease.expiry);
-    this.locks.clear();
-    this.semaphores.clear();
-    for (const sleepers of this.sleepers.values()) for (const wake of [...sleepers]) wake();
   }
 
   /** The lock on `key` if it has not run out; the deadline is checked as well as the timer, which may fire late. */

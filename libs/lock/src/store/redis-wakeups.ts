@@ -1,17 +1,17 @@
 import type { Cluster, Redis } from 'ioredis';
-import { LONGEST_DURATION } from '../lock.options.js';
+import type { Turn, TurnWait } from './store.js';
 
 interface Waiter {
-  /** The waiter's owner token: a handover names it. */
-  token: string;
   /** Ends the wait: with the fence of a lease handed to it, or 0 for "look again". */
   settle(fence: number): void;
 }
 
 interface Channel {
   waiters: Set<Waiter>;
-  /** Settles once SUBSCRIBE was answered; a failed subscription leaves the waiters to their timers. */
-  subscribed: Promise<boolean>;
+  /**
+   * SUBSCRIBE was answered on the live connection: from then on every release reaches the waiters.
+   * False until then, and again from the moment the connection drops until it is subscribed again.
+   */
   ready: boolean;
   /** Drops the subscription when nobody has waited on the channel for a while. */
   linger?: NodeJS.Timeout;
@@ -24,52 +24,70 @@ const LINGER_MS = 2_000;
  * The wake-up channels of one Redis store, on one subscriber connection of its own. A release
  * publishes on the channel of its lock or semaphore: an empty message wakes every waiter, and
  * `<token> <fence>` tells one waiter that the lease was handed to it. A subscription is counted by
- * its waiters and dropped once nobody waits. Waiters never rely on a message alone: each wait is
- * bounded by the caller (its backoff step, the holder's remaining lease), so a lost message or a
- * dropped connection costs at most one step.
+ * its waiters and dropped once nobody waits.
+ *
+ * Redis loses a message only with the subscriber's connection. So a waiter whose channel is
+ * subscribed sleeps until it is told (within the bounds its caller sets: the deadline, the holder's
+ * lease); when the connection drops, every waiter is woken at once to look again, and until the
+ * channel is subscribed again waiters poll with their backoff step.
  */
 export class WakeUps {
   private subscriber?: Redis | Cluster;
   private readonly channels = new Map<string, Channel>();
+  /** The subscriber's connection dropped since it was last ready: its channels must be subscribed again. */
+  private connectionLost = false;
   private closed = false;
 
   constructor(private readonly client: Redis | Cluster) {}
 
+  /** Open turns by owner token: a handover message names one. */
+  private readonly turns = new Map<string, RedisTurn>();
+
+  /** See `LockStore.openTurn`: subscribes nothing until the turn first waits. */
+  openTurn(channel: string, token: string): Turn {
+    const turn = new RedisTurn(this, channel, token);
+    this.turns.set(token, turn);
+    return turn;
+  }
+
+  /** Called by a turn that closes. */
+  forget(turn: RedisTurn): void {
+    if (this.turns.get(turn.token) === turn) this.turns.delete(turn.token);
+  }
+
   /**
-   * Waits on `channel` up to `maxWait` ms: resolves with the fence when the lease was handed to
-   * `token`, 0 when woken or when the time is up, and rejects with the signal's reason on abort.
-   * A wait that first had to subscribe resolves with 0 as soon as the subscription stands, so that
-   * the caller looks again at once: a release may have come before anyone listened.
+   * Waits on `channel` (see `Turn.wait`). A wait that must subscribe first resolves with 0 as soon
+   * as the subscription stands, so that the caller looks again at once: a release may have come
+   * before anyone listened.
    */
-  wait(channel: string, token: string, maxWait: number, signal?: AbortSignal): Promise<number> {
+  wait(turn: RedisTurn, wait: TurnWait, signal?: AbortSignal): Promise<number> {
+    const { channel } = turn;
     return new Promise<number>((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
         return;
       }
       const subscription = this.channelOf(channel);
-      const waiter: Waiter = {
-        token,
+      const end = () => {
+        clearTimeout(timer);
+        turn.waiting = undefined;
+        this.leave(channel, subscription, entry);
+      };
+      const entry: Waiter = {
         settle: (fence) => {
-          clearTimeout(timer);
+          end();
           signal?.removeEventListener('abort', onAbort);
-          this.leave(channel, subscription, waiter);
           resolve(fence);
         },
       };
       const onAbort = () => {
-        clearTimeout(timer);
-        this.leave(channel, subscription, waiter);
+        end();
         reject(signal!.reason);
       };
-      subscription.waiters.add(waiter);
+      subscription.waiters.add(entry);
+      turn.waiting = entry;
       signal?.addEventListener('abort', onAbort, { once: true });
-      const timer = setTimeout(() => waiter.settle(0), Math.min(maxWait, LONGEST_DURATION));
-      if (!subscription.ready) {
-        void subscription.subscribed.then((subscribed) => {
-          if (subscribed && subscription.waiters.has(waiter)) waiter.settle(0);
-        });
-      }
+      const timer = setTimeout(() => entry.settle(0), subscription.ready ? wait.limit : wait.step);
     });
   }
 
@@ -82,7 +100,7 @@ export class WakeUps {
     this.closed = true;
     for (const [, subscription] of this.channels) {
       clearTimeout(subscription.linger);
-      for (const waiter of [...subscription.waiters]) waiter.settle(0);
+      wakeAll(subscription);
     }
     this.channels.clear();
     this.subscriber?.disconnect();
@@ -95,15 +113,27 @@ export class WakeUps {
       existing.linger = undefined;
       return existing;
     }
-    const subscription: Channel = { waiters: new Set(), subscribed: Promise.resolve(false), ready: false };
-    subscription.subscribed = this.connection()
+    const subscription: Channel = { waiters: new Set(), ready: false };
+    this.channels.set(name, subscription);
+    this.subscribe(name, subscription);
+    return subscription;
+  }
+
+  /** Subscribes `name`; once that stands, its waiters look again (a release may have come unheard). */
+  private subscribe(name: string, subscription: Channel): void {
+    this.connection()
       .subscribe(name)
       .then(
-        () => (subscription.ready = true),
-        () => false,
+        () => {
+          if (this.closed) return;
+          // Dropped while SUBSCRIBE was on its way (nobody waited any more): unsubscribed now, unless it is wanted again.
+          if (this.channels.get(name) === undefined) this.subscriber?.unsubscribe(name).catch(() => undefined);
+          if (this.channels.get(name) !== subscription) return;
+          subscription.ready = true;
+          wakeAll(subscription);
+        },
+        () => undefined, // the waiters go on polling with their step; the next 'ready' subscribes again
       );
-    this.channels.set(name, subscription);
-    return subscription;
   }
 
   private leave(name: string, subscription: Channel, waiter: Waiter): void {
@@ -112,41 +142,93 @@ export class WakeUps {
     subscription.linger = setTimeout(() => {
       if (subscription.waiters.size > 0 || this.channels.get(name) !== subscription) return;
       this.channels.delete(name);
-      this.subscriber?.unsubscribe(name).catch(() => undefined);
+      if (subscription.ready) this.subscriber?.unsubscribe(name).catch(() => undefined);
     }, LINGER_MS).unref();
   }
 
   private connection(): Redis | Cluster {
     if (this.subscriber === undefined) {
       // Its own connection: a subscribed connection can do nothing else. It may queue SUBSCRIBE
-      // while it connects (unlike the lock commands, a late subscription harms nobody) and
-      // subscribes again by itself after a reconnect.
-      const settings = { enableOfflineQueue: true, autoResubscribe: true, lazyConnect: false };
+      // while it connects (unlike the lock commands, a late subscription harms nobody). After a
+      // reconnect it subscribes again itself (not ioredis's autoResubscribe), so that it knows when
+      // each channel stands again.
+      const settings = { enableOfflineQueue: true, autoResubscribe: false, lazyConnect: false };
       const subscriber: Redis | Cluster = isCluster(this.client)
         ? this.client.duplicate(undefined, { redisOptions: settings })
         : this.client.duplicate(settings);
-      subscriber.on('error', () => undefined); // the lock client reports outages; waiters fall back to their timers
+      subscriber.on('error', () => undefined); // the lock client reports outages; waiters fall back to their steps
       subscriber.on('message', (channel: string, message: string) => this.deliver(channel, message));
+      subscriber.on('close', () => this.lost());
+      subscriber.on('ready', () => this.reconnected());
       this.subscriber = subscriber;
     }
     return this.subscriber;
+  }
+
+  /** Messages published from now until the channels stand again are lost: every waiter looks again. */
+  private lost(): void {
+    this.connectionLost = true;
+    for (const [, subscription] of this.channels) {
+      subscription.ready = false;
+      wakeAll(subscription);
+    }
+  }
+
+  private reconnected(): void {
+    if (this.closed || !this.connectionLost) return;
+    this.connectionLost = false;
+    for (const [name, subscription] of this.channels) this.subscribe(name, subscription);
   }
 
   private deliver(name: string, message: string): void {
     const subscription = this.channels.get(name);
     if (subscription === undefined) return;
     if (message === '') {
-      for (const waiter of [...subscription.waiters]) waiter.settle(0);
+      wakeAll(subscription);
       return;
     }
-    const [token, fence] = message.split(' ');
-    for (const waiter of subscription.waiters) {
-      if (waiter.token === token) {
-        waiter.settle(Number(fence));
-        return;
-      }
-    }
+    const space = message.indexOf(' ');
+    const turn = this.turns.get(message.slice(0, space));
+    if (turn?.channel === name) turn.handed(Number(message.slice(space + 1)));
   }
+}
+
+/**
+ * One waiter's turn: a handover that arrives while the waiter is not waiting (its attempt is on
+ * its way, and the release came right after it) is kept for its next wait.
+ */
+class RedisTurn implements Turn {
+  private handedFence = 0;
+  /** The wait in progress, if any (set by `WakeUps.wait`). */
+  waiting?: Waiter;
+
+  constructor(
+    private readonly wakeUps: WakeUps,
+    readonly channel: string,
+    readonly token: string,
+  ) {}
+
+  wait(wait: TurnWait, signal?: AbortSignal): Promise<number> {
+    if (this.handedFence > 0) {
+      const fence = this.handedFence;
+      this.handedFence = 0;
+      return Promise.resolve(fence);
+    }
+    return this.wakeUps.wait(this, wait, signal);
+  }
+
+  handed(fence: number): void {
+    if (this.waiting) this.waiting.settle(fence);
+    else this.handedFence = fence;
+  }
+
+  close(): void {
+    this.wakeUps.forget(this);
+  }
+}
+
+function wakeAll(subscription: Channel): void {
+  for (const waiter of [...subscription.waiters]) waiter.settle(0);
 }
 
 function isCluster(client: Redis | Cluster): client is Cluster {

@@ -31,20 +31,18 @@ local function serverTime()
   return math.floor(micros / 1000), micros
 end
 
--- The counter is read before anything is written: a counter of the wrong type fails the script
--- before it takes a lease.
-local lastFence = tonumber(redis.call('GET', counter)) or 0
-
 -- The next fence: the server clock in microseconds, or one more than the last fence when that is
 -- ahead. It increases even when the counter was lost (a restart without persistence, a FLUSHALL)
 -- or restored from an older snapshot, as long as the server clock does not go back. The counter
--- never expires.
+-- never expires. SET ... GET reads the last fence and writes the next in one command; drawn before
+-- a lease is written, a counter of the wrong type fails the script before it takes anything.
 local function nextFence()
   local _, micros = serverTime()
-  lastFence = math.max(lastFence + 1, micros)
   -- '%.0f': Lua would write a number this large in exponent notation, rounded.
-  redis.call('SET', counter, string.format('%.0f', lastFence))
-  return lastFence
+  local last = tonumber(redis.call('SET', counter, string.format('%.0f', micros), 'GET')) or 0
+  if last < micros then return micros end
+  redis.call('SET', counter, string.format('%.0f', last + 1))
+  return last + 1
 end
 
 local function leaveLine(token)
@@ -83,7 +81,8 @@ end
  * ARGV[7] lease ms of a handover, ARGV[8] channel.
  * Returns {fence, 0} when the token holds the lock now; else {0, ms the holder's lease still runs}.
  *
- * - The fast path is one SET NX PX (unless fair waiters are in line: they come first).
+ * - The fast path is one SET NX PX with its fence (unless fair waiters are in line: they come
+ *   first). Its fence is drawn before the lease is written, and is lost when the lock is taken.
  * - "Held by this token already" counts as granted: a retry after a lost reply, or a waiter that
  *   missed the message telling it the lock was handed to it.
  * - A free lock with a fair waiter ahead of the caller (its holder's lease ran out, or a handover
@@ -94,9 +93,12 @@ export const acquireLockScript = script(
   4,
   `${prelude}
 local token, ttl, fair, joins, inLine = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4] == '1', ARGV[5] == '1'
-if (not fair or redis.call('EXISTS', line) == 0) and redis.call('SET', lease, token, 'NX', 'PX', ttl) then
-  if inLine then leaveLine(token) end
-  return {nextFence(), 0}
+if not fair or redis.call('EXISTS', line) == 0 then
+  local fence = nextFence()
+  if redis.call('SET', lease, token, 'NX', 'PX', ttl) then
+    if inLine then leaveLine(token) end
+    return {fence, 0}
+  end
 end
 local holder = redis.call('GET', lease)
 if holder == token then
@@ -225,11 +227,12 @@ if not granted and free > 0 and redis.call('EXISTS', alive) == 1 then
   end
 end
 if granted or free > 0 then
+  local fence = nextFence()
   redis.call('ZADD', lease, nowMs + ttl, token)
   if inLine or granted then leaveLine(token) end
   local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', lease, last[2])
-  return {nextFence(), 0}
+  return {fence, 0}
 end
 if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[7])) end
 local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')

@@ -12,7 +12,7 @@ import {
   releasePermitScript,
 } from './redis.scripts.js';
 import { WakeUps } from './redis-wakeups.js';
-import type { Attempt, AttemptOptions, LeaseKind, LeaseRenewal, LockStore } from './store.js';
+import type { Attempt, AttemptOptions, LeaseKind, LeaseRenewal, LockStore, Turn } from './store.js';
 
 export interface RedisStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */
@@ -43,6 +43,7 @@ const TRANSIENT_REPLY = /^(READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|BUSY
 export class RedisStore implements LockStore {
   private closed = false;
   private readonly wakeUps: WakeUps;
+  private readonly deadlines: CommandDeadlines;
   /**
    * A lease handed to a waiter lasts this long until the waiter extends it to its own ttl: long
    * enough for the message and the extension to arrive, short enough that a lease handed to a
@@ -55,6 +56,7 @@ export class RedisStore implements LockStore {
     private readonly options: RedisStoreOptions,
   ) {
     this.wakeUps = new WakeUps(client);
+    this.deadlines = new CommandDeadlines(options.commandTimeout);
     this.handoverLease = Math.max(1_000, 2 * options.commandTimeout);
   }
 
@@ -90,8 +92,8 @@ export class RedisStore implements LockStore {
     return (await this.runScript(releasePermitScript, name, this.keysOf('semaphore', name), args)) === 1;
   }
 
-  waitForTurn(kind: LeaseKind, id: string, token: string, maxWait: number, signal?: AbortSignal): Promise<number> {
-    return this.wakeUps.wait(this.channelOf(kind, id), token, maxWait, signal);
+  openTurn(kind: LeaseKind, id: string, token: string): Turn {
+    return this.wakeUps.openTurn(this.channelOf(kind, id), token);
   }
 
   async extendPermit(name: string, token: string, ttl: number): Promise<boolean> {
@@ -235,18 +237,56 @@ export class RedisStore implements LockStore {
       : new LockBackendError(`Redis ${operation} failed for "${key}": ${message}`, key, { cause: error });
   }
 
-  private async withTimeout<T>(command: Promise<T>, operation: string, key: string): Promise<T> {
-    const { commandTimeout } = this.options;
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      const message = `Redis did not answer ${operation} within ${commandTimeout} ms`;
-      timer = setTimeout(() => reject(new LockBackendError(message, key || undefined)), commandTimeout);
+  private withTimeout<T>(command: Promise<T>, operation: string, key: string): Promise<T> {
+    return this.deadlines.bound(command, () => {
+      const message = `Redis did not answer ${operation} within ${this.options.commandTimeout} ms`;
+      return new LockBackendError(message, key || undefined);
     });
-    try {
-      // race() subscribes to `command`, so its late rejection after a timeout is handled, not unhandled.
-      return await Promise.race([command, timeout]);
-    } finally {
-      clearTimeout(timer);
+  }
+}
+
+/**
+ * Bounds every command in flight by the same timeout with one timer for all of them rather than
+ * one each: commands are bounded in the order they were sent, so their deadlines come in that
+ * order too, and the timer only ever waits for the oldest.
+ */
+class CommandDeadlines {
+  private readonly inFlight = new Set<{ deadline: number; expire(): void }>();
+  private timer?: NodeJS.Timeout;
+
+  constructor(private readonly timeout: number) {}
+
+  /** `command`, or the error `timedOut()` makes if it has not settled within the timeout. */
+  bound<T>(command: Promise<T>, timedOut: () => Error): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const entry = { deadline: performance.now() + this.timeout, expire: () => reject(timedOut()) };
+      this.inFlight.add(entry);
+      // unref: a command in flight holds its socket, which keeps the process alive anyway.
+      this.timer ??= setTimeout(() => this.expireDue(), this.timeout).unref();
+      // Its late rejection after a timeout is handled here, never unhandled.
+      command.then(
+        (value) => {
+          this.inFlight.delete(entry);
+          resolve(value);
+        },
+        (error: unknown) => {
+          this.inFlight.delete(entry);
+          reject(error);
+        },
+      );
+    });
+  }
+
+  private expireDue(): void {
+    this.timer = undefined;
+    const now = performance.now();
+    for (const entry of this.inFlight) {
+      if (entry.deadline > now) {
+        this.timer = setTimeout(() => this.expireDue(), entry.deadline - now).unref();
+        return;
+      }
+      this.inFlight.delete(entry);
+      entry.expire();
     }
   }
 }

@@ -53,12 +53,11 @@ export interface LockStore {
   extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]>;
 
   /**
-   * Waits up to `maxWait` ms for the lock `key` (or a permit of semaphore `key`) to be released.
-   * Resolves with the fence when the lease was handed to `token` meanwhile (it holds it now, for
-   * `handoverLease` ms until it extends it), else with 0 once woken or when the time is up.
-   * Rejects with the signal's reason on abort.
+   * Opens the turn of the waiter `token` for the lock `key` (or a permit of semaphore `key`): from
+   * now until `close()`, a release that hands the lease to `token` is kept for it, even when it
+   * comes while the waiter is busy with an attempt rather than waiting.
    */
-  waitForTurn(kind: LeaseKind, key: string, token: string, maxWait: number, signal?: AbortSignal): Promise<number>;
+  openTurn(kind: LeaseKind, key: string, token: string): Turn;
 
   /** How long a lease handed to a waiter lasts until that waiter extends it to its own ttl. */
   readonly handoverLease: number;
@@ -79,6 +78,27 @@ export interface AttemptOptions {
   liveness: number;
   /** This waiter joined the line on an earlier attempt (a first attempt has nothing to leave). */
   inLine: boolean;
+}
+
+/** One waiter's view of the releases of one lock or semaphore (`LockStore.openTurn`). */
+export interface Turn {
+  /**
+   * Waits for a release: up to `wait.limit` ms while the store is sure to be told of one, up to
+   * `wait.step` ms while it may not be (not subscribed yet, or the subscription was lost). Resolves
+   * with the fence when the lease was handed to this waiter (it holds it now, for the store's
+   * `handoverLease` until it extends it), else with 0 once woken or when the time is up. Rejects
+   * with the signal's reason on abort.
+   */
+  wait(wait: TurnWait, signal?: AbortSignal): Promise<number>;
+  close(): void;
+}
+
+/** How long one wait for a release may last (ms). */
+export interface TurnWait {
+  /** While a release is sure to wake the waiter: the waiter's own bounds (deadline, holder's lease, liveness). */
+  limit: number;
+  /** While it may not be: the backoff step (never more than `limit`). */
+  step: number;
 }
 
 /** The answer to one attempt. */
