@@ -22,7 +22,7 @@ const LINGER_MS = 2_000;
 
 /**
  * The wake-up channels of one Redis store, on one subscriber connection of its own. A release
- * publishes on the channel of its lock or semaphore: an empty message wakes every waiter, and
+ * publishes on the channel of its lock or semaphore: an empty message wakes a waiter, and
  * `<token> <fence>` tells one waiter that the lease was handed to it. A subscription is counted by
  * its waiters and dropped once nobody waits.
  *
@@ -184,7 +184,9 @@ export class WakeUps {
     const subscription = this.channels.get(name);
     if (subscription === undefined) return;
     if (message === '') {
-      wakeAll(subscription);
+      // One release frees one lease: the longest waiter of this process tries for it, the others
+      // sleep on (each release sends a message of its own) rather than all stampede for it.
+      subscription.waiters.values().next().value?.settle(0);
       return;
     }
     const space = message.indexOf(' ');

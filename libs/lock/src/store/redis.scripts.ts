@@ -19,7 +19,7 @@ function script(name: string, numberOfKeys: number, source: string): RedisScript
  * KEYS[4] the **alive** set: every waiter, fair or not (token → deadline in ms), which a waiter
  * pushes back with each attempt. A waiter that stops attempting (it died, or gave up without
  * being able to say so) drops out once its deadline passes, so it never blocks the line.
- * Releases publish on the wake-up channel: a bare message wakes every waiter, `<token> <fence>`
+ * Releases publish on the wake-up channel: a bare message wakes waiters (one per process), `<token> <fence>`
  * tells one waiter that the lease was handed to it.
  */
 const prelude = `
