@@ -131,7 +131,7 @@ export class LockService implements OnModuleDestroy {
   private async acquireOrThrow(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock> {
     const lock = await this.acquire(key, options, keep);
     if (lock instanceof HeldLock) return lock;
-    throw new LockTimeoutError(key, lock.waited);
+    throw new LockTimeoutError(key, lock.waited, options.timeout ?? this.options.defaults.timeout);
   }
 
   private async acquire(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock | { waited: number }> {

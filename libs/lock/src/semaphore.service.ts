@@ -142,7 +142,9 @@ export class SemaphoreService implements OnModuleDestroy {
     const semaphore = this.local(name, limit);
     const { timeout } = resolveLease(this.options.defaults, { timeout: options.timeout });
     const start = performance.now();
-    if (!(await semaphore.wait(timeout))) throw new SemaphoreTimeoutError(name, limit, performance.now() - start);
+    if (!(await semaphore.wait(timeout))) {
+      throw new SemaphoreTimeoutError(name, limit, performance.now() - start, timeout);
+    }
     return new LocalPermit(name, semaphore);
   }
 
@@ -183,7 +185,7 @@ export class SemaphoreService implements OnModuleDestroy {
   ): Promise<HeldPermit> {
     const permit = await this.take(name, limit, options, keep);
     if (permit instanceof HeldPermit) return permit;
-    throw new SemaphoreTimeoutError(name, limit, permit.waited);
+    throw new SemaphoreTimeoutError(name, limit, permit.waited, options.timeout ?? this.options.defaults.timeout);
   }
 
   private async take(

@@ -1,6 +1,7 @@
 import type { Cluster, Redis } from 'ioredis';
 import { createHash } from 'node:crypto';
-import { errorMessage, LockBackendError } from '../lock.errors.js';
+import { LockBackendError } from '../lock.errors.js';
+import { backendErrorOf, unansweredError } from './backend-messages.js';
 import {
   acquireLockScript,
   acquirePermitScript,
@@ -22,13 +23,6 @@ export interface RedisStoreOptions {
   /** `close()` quits the client only when the module created it; a client passed in stays open. */
   ownsClient: boolean;
 }
-
-/**
- * Reply errors that pass by themselves (a failover, a load, a busy script, memory pressure):
- * retried like an outage. Any other reply error (`WRONGTYPE`, `NOPERM`, a script error) would only
- * be answered again, so it is raised at once as `BACKEND_ERROR`.
- */
-const TRANSIENT_REPLY = /^(READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|BUSY|OOM|NOREPLICAS|MISCONF)\b/;
 
 /**
  * Leases on Redis: `SET NX PX` and compare-by-token Lua scripts, called by SHA.
@@ -222,25 +216,16 @@ export class RedisStore implements LockStore {
     }
   }
 
-  /** `BACKEND_ERROR` for a reply error that would only come again, else `BACKEND_UNAVAILABLE`. */
+  /** `BACKEND_ERROR` for a reply error that would only come again, else `BACKEND_UNAVAILABLE` (see backend-messages.ts). */
   private backendError(error: unknown, operation: string, key: string): LockBackendError {
-    if (error instanceof LockBackendError) return error;
-    const message = errorMessage(error);
-    const permanent = error instanceof Error && error.name === 'ReplyError' && !TRANSIENT_REPLY.test(message);
-    return permanent
-      ? new LockBackendError(`Redis refused ${operation} for "${key}": ${message}`, key, {
-          cause: error,
-          code: 'BACKEND_ERROR',
-        })
-      : new LockBackendError(`Redis ${operation} failed for "${key}": ${message}`, key, { cause: error });
+    return backendErrorOf(error, operation, key);
   }
 
   private async withTimeout<T>(command: Promise<T>, operation: string, key: string): Promise<T> {
     const { commandTimeout } = this.options;
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      const message = `Redis did not answer ${operation} within ${commandTimeout} ms`;
-      timer = setTimeout(() => reject(new LockBackendError(message, key || undefined)), commandTimeout);
+      timer = setTimeout(() => reject(unansweredError(operation, key, commandTimeout)), commandTimeout);
     });
     try {
       // race() subscribes to `command`, so its late rejection after a timeout is handled, not unhandled.
