@@ -49,7 +49,7 @@ describe('@WithLock key functions typed against the method', () => {
 
   beforeAll(async () => {
     module = await Test.createTestingModule({
-      imports: [LockModule.forRoot()],
+      imports: [LockModule.forRoot({ store: 'memory' })],
       providers: [Orders],
     }).compile();
     orders = module.get(Orders);

@@ -48,10 +48,17 @@ export interface LockOptions extends LeaseOptions {
 export interface LockModuleOptions {
   /**
    * Redis URL, ioredis options, or an existing ioredis client / cluster.
-   * Without it the module uses the embedded memory store (one process only).
+   * Without it the module uses the embedded memory store (one process only), and says so at start.
    * A client passed in is never closed by the module.
    */
   redis?: string | RedisOptions | Redis | Cluster;
+  /**
+   * Which store to use, said on purpose: `'memory'` is the embedded store without the start-up
+   * warning (unit tests, one-process tools), and cannot be combined with `redis`; `'redis'` refuses
+   * to start without `redis` (a missing `REDIS_URL` then fails at bootstrap instead of falling back
+   * to process-local locks). Default: Redis when `redis` is given, else the memory store.
+   */
+  store?: 'memory' | 'redis';
   /** Prefix of every Redis key the library writes. */
   keyPrefix?: string;
   /** Defaults of every lock and permit; each call may override them. */
@@ -90,13 +97,15 @@ export const DEFAULT_FAIR = true;
 /** Module options after validation, with every default filled in. */
 export interface ResolvedModuleOptions {
   redis?: LockModuleOptions['redis'];
+  /** As given: `undefined` when the options did not say which store. */
+  store?: LockModuleOptions['store'];
   keyPrefix: string;
   defaults: Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
   commandTimeout: number;
   onLockLost?: (error: LockLostError) => void;
 }
 
-const MODULE_OPTION_NAMES = new Set(['redis', 'keyPrefix', 'defaults', 'commandTimeout', 'onLockLost']);
+const MODULE_OPTION_NAMES = new Set(['redis', 'store', 'keyPrefix', 'defaults', 'commandTimeout', 'onLockLost']);
 const DEFAULTS_OPTION_NAMES = new Set([...Object.keys(DEFAULT_LEASE), 'autoExtend', 'fair']);
 /** The option names each kind of call accepts; anything else is a misspelling and refused. */
 export const OPTION_NAMES = {
@@ -111,6 +120,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   rejectUnknownNames('', options, MODULE_OPTION_NAMES);
   const {
     redis,
+    store,
     keyPrefix = DEFAULT_KEY_PREFIX,
     defaults = {},
     commandTimeout = DEFAULT_COMMAND_TIMEOUT,
@@ -120,6 +130,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   if (redis !== undefined) {
     validateRedisOption(redis);
   }
+  validateStoreChoice(store, redis);
   if (typeof keyPrefix !== 'string' || /[{}]/.test(keyPrefix) || LONE_SURROGATE.test(keyPrefix)) {
     // A brace in the prefix would move the hash tag off the user key and split a lock's keys across slots.
     throw new InvalidArgumentError('keyPrefix', 'must be a well-formed string without "{" or "}"');
@@ -133,6 +144,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   }
   return {
     redis,
+    ...(store === undefined ? {} : { store }),
     keyPrefix,
     defaults: Object.freeze({
       ...resolveLease(DEFAULT_LEASE, defaults, 'defaults.'),
@@ -250,6 +262,21 @@ function validateRedisOption(redis: unknown): void {
     throw new InvalidArgumentError(
       'redis',
       `must be a URL, ioredis options or an ioredis client, got ${describe(redis)}`,
+    );
+  }
+}
+
+function validateStoreChoice(store: unknown, redis: unknown): void {
+  if (store !== undefined && store !== 'memory' && store !== 'redis') {
+    throw new InvalidArgumentError('store', `must be 'memory' or 'redis', got ${describe(store)}`);
+  }
+  if (store === 'memory' && redis !== undefined) {
+    throw new InvalidArgumentError('store', "'memory' cannot be combined with a redis option: drop one of them");
+  }
+  if (store === 'redis' && redis === undefined) {
+    throw new InvalidArgumentError(
+      'redis',
+      "store 'redis' needs a redis URL, ioredis options or client, got undefined",
     );
   }
 }

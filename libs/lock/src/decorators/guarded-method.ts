@@ -61,7 +61,8 @@ export function guardMethod<S>(
     throw new TypeError(`${definition.decorator} decorates methods; ${where} is not one`);
   }
   // A static method has no instance for Nest to inject into: it uses the one running service.
-  const serviceProperty = typeof target === 'function' ? undefined : injectService(target, definition.service);
+  const serviceProperty =
+    typeof target === 'function' ? undefined : injectService(target, definition.service, definition.decorator);
   const declaredObservable = returnsObservable(target, propertyKey);
 
   function guardOf(instance: object, args: unknown[]): MethodGuard {
@@ -72,7 +73,8 @@ export function guardMethod<S>(
       const { name } = definition.service;
       throw new Error(
         `${definition.decorator} on ${where} has no ${name}: Nest did not create this ${target.constructor.name} ` +
-          `with its injector, and ${service} applications run a ${name} (import LockModule.forRoot() in one). ` +
+          `with its injector, and ${service} applications run a ${name} ` +
+          '(import LockModule.forRoot() / forRootAsync() in one). ' +
           'The method does not run unprotected.',
       );
     }
@@ -149,13 +151,17 @@ function markErrors<T>(fn: () => T): T {
 
 const injectedProperties = new WeakMap<object, Map<unknown, symbol>>();
 
-/** Declares a property injection of `service` on the class once, and returns the property's key. */
-function injectService(target: object, service: abstract new (...args: never[]) => unknown): symbol {
+/**
+ * Declares a property injection of `service` on the class once, and returns the property's key.
+ * Nest names the property in the error of an application without LockModule, so its description
+ * says what to do.
+ */
+function injectService(target: object, service: abstract new (...args: never[]) => unknown, decorator: string): symbol {
   const properties = injectedProperties.get(target) ?? new Map<unknown, symbol>();
   injectedProperties.set(target, properties);
   let property = properties.get(service);
   if (property === undefined) {
-    property = Symbol(`nest-lock:${service.name}`);
+    property = Symbol(`${decorator} needs ${service.name}: import LockModule.forRoot() / forRootAsync()`);
     properties.set(service, property);
     Inject(service)(target, property);
   }
