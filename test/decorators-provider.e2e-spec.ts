@@ -280,5 +280,8 @@ describe('decorated methods without LockModule', () => {
     expect(() => WithLock('order:{id}')).toThrow(InvalidArgumentError);
     expect(() => Semaphore(0)).toThrow(InvalidArgumentError);
     expect(() => Semaphore(2, { scope: 'global' as 'local' })).toThrow(InvalidArgumentError);
+    expect(() => WithLock('k', { retryAfter: -1 })).toThrow(/retryAfter/);
+    expect(() => Semaphore(2, { retryAfter: 0.5 })).toThrow(/retryAfter/);
+    expect(() => Semaphore(2, { scope: 'local', retryAfter: Number.NaN })).toThrow(/retryAfter/);
   });
 });

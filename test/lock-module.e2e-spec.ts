@@ -164,6 +164,10 @@ describe('LockModule', () => {
       ["store 'redis' without redis", { store: 'redis' }, 'redis'],
       ["store 'redis' with redis undefined (a missing REDIS_URL)", { store: 'redis', redis: undefined }, 'redis'],
       ['an unknown store', { store: 'disk' as never }, 'store'],
+      ['retryAfter -1', { retryAfter: -1 }, 'retryAfter'],
+      ['retryAfter 1.5 (Retry-After takes whole seconds)', { retryAfter: 1.5 }, 'retryAfter'],
+      ['retryAfter as a string', { retryAfter: '2' as never }, 'retryAfter'],
+      ['an errorBody that is no function', { errorBody: { code: 1 } as never }, 'errorBody'],
     ];
 
     it.each(cases)('%s', async (_, options, option) => {

@@ -1,7 +1,12 @@
-import { type LockOptions, validateCallOptions } from '../lock.options.js';
+import { type LockOptions, validateCallOptions, validateRetryAfter } from '../lock.options.js';
 import { LockService } from '../lock.service.js';
 import { type GuardableMethod, type GuardDecorator, guardMethod } from './guarded-method.js';
 import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
+
+export interface WithLockOptions extends LockOptions {
+  /** Seconds in `Retry-After` when the store fails on an HTTP route (503); default: the module's `retryAfter`. */
+  retryAfter?: number;
+}
 
 /**
  * `@WithLock` with a key function: the method's parameters must fit the function's — the
@@ -33,18 +38,20 @@ export type KeyFunctionFits<MethodArgs extends unknown[], KeyArgs extends unknow
  * ＠WithLock('order:{0}', { timeout: 0 })
  * ship(orderId: string) { … }
  */
-export function WithLock(key: string, options?: LockOptions): GuardDecorator;
+export function WithLock(key: string, options?: WithLockOptions): GuardDecorator;
 // `any[]`: a key function without parameter types keeps taking `any` arguments, as before.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export function WithLock<KeyArgs extends any[]>(
   key: (...args: KeyArgs) => string,
-  options?: LockOptions,
+  options?: WithLockOptions,
 ): KeyedGuardDecorator<KeyArgs>;
-export function WithLock(key: KeyTemplate, options?: LockOptions): GuardDecorator;
-export function WithLock(key: KeyTemplate, options: LockOptions = {}): GuardDecorator {
+export function WithLock(key: KeyTemplate, options?: WithLockOptions): GuardDecorator;
+export function WithLock(key: KeyTemplate, options: WithLockOptions = {}): GuardDecorator {
   const keyOf = compileKeyTemplate(key);
   // Misspelt options fail when the class is defined, not on the first call.
-  validateCallOptions('lock', options);
+  validateCallOptions('lock', options, ['retryAfter']);
+  const { retryAfter, ...lockOptions } = options;
+  if (retryAfter !== undefined) validateRetryAfter(retryAfter);
   return (target, propertyKey, descriptor) =>
     guardMethod(
       {
@@ -52,8 +59,9 @@ export function WithLock(key: KeyTemplate, options: LockOptions = {}): GuardDeco
         service: LockService,
         guardFor: (locks, args) => {
           const lockKey = keyOf(args);
-          return (signal) => locks.enter(lockKey, { ...options, signal: signal ?? options.signal });
+          return (signal) => locks.enter(lockKey, { ...lockOptions, signal: signal ?? lockOptions.signal });
         },
+        ...(retryAfter === undefined ? {} : { http: { retryAfter } }),
       },
       target,
       propertyKey,
