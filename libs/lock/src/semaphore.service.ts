@@ -40,6 +40,12 @@ export interface Permit {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+/** One permit that `SemaphoreService.holders()` found held. */
+export interface PermitHolder {
+  /** Milliseconds its lease still runs. */
+  readonly ttl: number;
+}
+
 /**
  * Counting semaphores shared by every process on the store: at most `limit` permits of a
  * name are held at once, and the permit of a holder that died comes back after its `ttl`.
@@ -127,6 +133,16 @@ export class SemaphoreService implements OnModuleDestroy {
   async count(name: string): Promise<number> {
     validateKey('name', name);
     return this.store.countPermits(name);
+  }
+
+  /**
+   * The permits of `name` held right now, read-only: one entry per unexpired permit, with the ms
+   * its lease still runs, soonest to run out first (`length` is what `count()` says). Owner tokens
+   * are not listed: they are what releases a permit.
+   */
+  async holders(name: string): Promise<PermitHolder[]> {
+    validateKey('name', name);
+    return (await this.store.listPermits(name)).map((ttl) => ({ ttl }));
   }
 
   /**

@@ -8,12 +8,15 @@ import {
   countPermitsScript,
   extendLockScript,
   extendPermitScript,
+  forceReleaseLockScript,
+  inspectLockScript,
+  listPermitsScript,
   type RedisScript,
   releaseLockScript,
   releasePermitScript,
 } from './redis.scripts.js';
 import { WakeUps } from './redis-wakeups.js';
-import type { Attempt, AttemptOptions, LeaseKind, LeaseRenewal, LockStore } from './store.js';
+import type { Attempt, AttemptOptions, LeaseKind, LeaseRenewal, LockInspection, LockStore } from './store.js';
 
 export interface RedisStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */
@@ -233,6 +236,27 @@ export class RedisStore implements LockStore {
     } finally {
       clearTimeout(timer);
     }
+  }
+
+  // Inspection and operators' tools.
+
+  async inspectLock(key: string): Promise<LockInspection> {
+    const keys = this.keysOf('lock', key).slice(0, 2);
+    const [pttl, fence] = (await this.runScript(inspectLockScript, key, keys, [])) as [number, string];
+    // -2: no lock; -1: a key without expiry, which nest-lock never writes (a lease that never runs out).
+    if (Number(pttl) === -2) return { held: false, ttl: 0, ...(fence === '' ? {} : { fence: Number(fence) }) };
+    const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : Number(pttl);
+    return { held: true, ttl, ...(fence === '' ? {} : { fence: Number(fence) }) };
+  }
+
+  async listPermits(name: string): Promise<number[]> {
+    const remaining = (await this.runScript(listPermitsScript, name, [this.semaphoreKey(name)], [])) as number[];
+    return remaining.map(Number);
+  }
+
+  async forceReleaseLock(key: string): Promise<boolean> {
+    const args = [this.handoverLease, this.channelOf('lock', key)];
+    return (await this.runScript(forceReleaseLockScript, key, this.keysOf('lock', key), args)) === 1;
   }
 }
 
