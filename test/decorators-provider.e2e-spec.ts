@@ -258,10 +258,12 @@ describe('a decorated provider that Nest built with a factory', () => {
 });
 
 describe('decorated methods without LockModule', () => {
-  it('fail at bootstrap, naming the missing service', async () => {
+  it('fail at bootstrap, saying which module to import', async () => {
     const compiling = Test.createTestingModule({ providers: [InventoryService] }).compile();
 
-    await expect(compiling).rejects.toThrow(/LockService/);
+    await expect(compiling).rejects.toThrow(
+      '@WithLock needs LockService: import LockModule.forRoot() / forRootAsync()',
+    );
   });
 
   it('refuse to run unprotected on an instance Nest did not create', async () => {
@@ -278,5 +280,8 @@ describe('decorated methods without LockModule', () => {
     expect(() => WithLock('order:{id}')).toThrow(InvalidArgumentError);
     expect(() => Semaphore(0)).toThrow(InvalidArgumentError);
     expect(() => Semaphore(2, { scope: 'global' as 'local' })).toThrow(InvalidArgumentError);
+    expect(() => WithLock('k', { retryAfter: -1 })).toThrow(/retryAfter/);
+    expect(() => Semaphore(2, { retryAfter: 0.5 })).toThrow(/retryAfter/);
+    expect(() => Semaphore(2, { scope: 'local', retryAfter: Number.NaN })).toThrow(/retryAfter/);
   });
 });

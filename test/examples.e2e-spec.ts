@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { execFile } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { RedisServer } from './support/redis-server.js';
@@ -34,5 +35,16 @@ describe('examples/fenced-writes.mjs', () => {
     expect(b).toMatch(/writes: accepted$/);
     expect(wake).toMatch(/signal aborted \(LOCK_LOST, expired\); its write with fence \d+: rejected$/);
     expect(ledger).toBe('ledger entries: ["B"]');
+  });
+});
+
+/** The README's unit-testing example is the test file test/testing-example.e2e-spec.ts, word for word. */
+describe("the README's testing example", () => {
+  it('is test/testing-example.e2e-spec.ts verbatim', () => {
+    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    const testFile = readFileSync(new URL('./testing-example.e2e-spec.ts', import.meta.url), 'utf8');
+    const block = /<!-- testing-example:[^>]*-->\s*```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+
+    expect(block).toBe(testFile);
   });
 });

@@ -7,6 +7,9 @@ import {
   LockModule,
   type LockModuleOptions,
   LockService,
+  LockStore,
+  MemoryStore,
+  RedisStore,
   type ResolvedModuleOptions,
 } from 'nest-lock';
 import { RedisServer } from './support/redis-server.js';
@@ -59,6 +62,28 @@ describe('LockModule', () => {
     const lock = await module.get(LockService).lock('k');
     expect(await lock.unlock()).toBe(true);
     expect(logger.lines.filter((line) => line.includes('process-local'))).toHaveLength(1);
+    await module.close();
+  });
+
+  it("forRoot({ store: 'memory' }) uses the memory store without a warning: it was chosen on purpose", async () => {
+    const logger = new RecordingLogger();
+    const module = await Test.createTestingModule({ imports: [LockModule.forRoot({ store: 'memory' })] })
+      .setLogger(logger)
+      .compile();
+
+    const lock = await module.get(LockService).lock('k');
+    expect(await lock.unlock()).toBe(true);
+    expect(module.get(LockStore)).toBeInstanceOf(MemoryStore);
+    expect(logger.lines.filter((line) => line.includes('process-local'))).toEqual([]);
+    await module.close();
+  });
+
+  it("forRoot({ store: 'redis', redis }) uses Redis", async () => {
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ store: 'redis', redis: server.url })],
+    }).compile();
+
+    expect(module.get(LockStore)).toBeInstanceOf(RedisStore);
     await module.close();
   });
 
@@ -135,6 +160,14 @@ describe('LockModule', () => {
       ['a URL that is not redis://', { redis: 'http://localhost:6379' }, 'redis'],
       ['a redis option of the wrong type', { redis: 6379 as never }, 'redis'],
       ['commandTimeout 0', { commandTimeout: 0 }, 'commandTimeout'],
+      ["store 'memory' together with redis", { store: 'memory', redis: 'redis://127.0.0.1:1' }, 'store'],
+      ["store 'redis' without redis", { store: 'redis' }, 'redis'],
+      ["store 'redis' with redis undefined (a missing REDIS_URL)", { store: 'redis', redis: undefined }, 'redis'],
+      ['an unknown store', { store: 'disk' as never }, 'store'],
+      ['retryAfter -1', { retryAfter: -1 }, 'retryAfter'],
+      ['retryAfter 1.5 (Retry-After takes whole seconds)', { retryAfter: 1.5 }, 'retryAfter'],
+      ['retryAfter as a string', { retryAfter: '2' as never }, 'retryAfter'],
+      ['an errorBody that is no function', { errorBody: { code: 1 } as never }, 'errorBody'],
     ];
 
     it.each(cases)('%s', async (_, options, option) => {

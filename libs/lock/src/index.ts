@@ -12,18 +12,19 @@ export { LockModule } from './lock.module.js';
 export type {
   LeaseDefaults,
   LeaseOptions,
+  LockErrorBody,
   LockModuleOptions,
   LockOptions,
   ResolvedModuleOptions,
   SemaphoreOptions,
 } from './lock.options.js';
-export { DEFAULT_LEASE } from './lock.options.js';
+export { DEFAULT_LEASE, DEFAULT_RETRY_AFTER_SECONDS } from './lock.options.js';
 export { currentLock, type Lock, LockService } from './lock.service.js';
-export { currentPermit, LocalPermit, type Permit, SemaphoreService } from './semaphore.service.js';
+export { currentPermit, LocalPermit, type Permit, type PermitHolder, SemaphoreService } from './semaphore.service.js';
 export { MemoryStore } from './store/memory.store.js';
 export { RedisStore, type RedisStoreOptions } from './store/redis.store.js';
-export { type LeaseKind, type LeaseRenewal, LockStore } from './store/store.js';
-export { WithLock } from './decorators/with-lock.decorator.js';
+export { type LeaseKind, type LeaseRenewal, type LockInspection, LockStore } from './store/store.js';
+export { WithLock, type WithLockOptions } from './decorators/with-lock.decorator.js';
 export { Semaphore, type SemaphoreDecoratorOptions } from './decorators/semaphore.decorator.js';
 export type { KeyTemplate } from './decorators/key-template.js';
-export { LockInterceptor, SEMAPHORE_RETRY_AFTER_SECONDS } from './lock.interceptor.js';
+export { type LockHttpOptions, LockInterceptor, SEMAPHORE_RETRY_AFTER_SECONDS } from './lock.interceptor.js';

@@ -13,31 +13,44 @@ export abstract class LockError extends Error {
   }
 }
 
+/** `at once` for a single attempt (`timeout: 0`), else `within <timeout> ms`. */
+function withinTimeout(timeout: number): string {
+  return timeout === 0 ? 'at once' : `within ${timeout} ms`;
+}
+
 /** No lock on `key` within `timeout`. */
 export class LockTimeoutError extends LockError {
   readonly code = 'LOCK_TIMEOUT';
+  /** Whole milliseconds spent waiting before giving up. */
+  readonly waited: number;
 
   constructor(
     readonly key: string,
-    /** Milliseconds spent waiting before giving up. */
-    readonly waited: number,
+    waited: number,
+    /** The timeout the caller waited with; `0`: a single attempt. */
+    readonly timeout: number = Math.round(waited),
   ) {
-    super(`Could not lock "${key}" within ${Math.round(waited)} ms: it is held by another owner`);
+    super(`Could not lock "${key}" ${withinTimeout(timeout)}: it is held by another owner`);
+    this.waited = Math.round(waited);
   }
 }
 
 /** No permit of semaphore `name` within `timeout`. */
 export class SemaphoreTimeoutError extends LockError {
   readonly code = 'SEMAPHORE_TIMEOUT';
+  /** Whole milliseconds spent waiting before giving up. */
+  readonly waited: number;
 
   constructor(
     /** The semaphore's name (`name` itself is the error class's, as on every Error). */
     readonly semaphore: string,
     readonly limit: number,
-    /** Milliseconds spent waiting before giving up. */
-    readonly waited: number,
+    waited: number,
+    /** The timeout the caller waited with; `0`: a single attempt. */
+    readonly timeout: number = Math.round(waited),
   ) {
-    super(`No permit of semaphore "${semaphore}" (limit ${limit}) within ${Math.round(waited)} ms`);
+    super(`No permit of semaphore "${semaphore}" (limit ${limit}) ${withinTimeout(timeout)}: all are held`);
+    this.waited = Math.round(waited);
   }
 }
 

@@ -3,60 +3,101 @@ import {
   type CallHandler,
   ConflictException,
   type ExecutionContext,
+  type HttpException,
   HttpStatus,
+  Inject,
   Injectable,
   type NestInterceptor,
+  Optional,
   ServiceUnavailableException,
 } from '@nestjs/common';
 import { catchError, type Observable, throwError } from 'rxjs';
-import { isRaisedByDecorator } from './decorator-errors.js';
-import { InvalidArgumentError, LockTimeoutError, SemaphoreTimeoutError } from './lock.errors.js';
-
-/** Seconds a client is asked to wait before it tries a full semaphore again. */
-export const SEMAPHORE_RETRY_AFTER_SECONDS = 1;
+import { decoratorSettingsOf } from './decorator-errors.js';
+import { LOCK_OPTIONS } from './lock.constants.js';
+import {
+  InvalidArgumentError,
+  LockBackendError,
+  type LockError,
+  LockTimeoutError,
+  SemaphoreTimeoutError,
+} from './lock.errors.js';
+import { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody, type ResolvedModuleOptions } from './lock.options.js';
 
 /**
- * The HTTP side of `@WithLock` and `@Semaphore`: a lock held by someone else is 409 Conflict,
- * no permit is 503 Service Unavailable with `Retry-After`, a key template that resolved to
- * nothing is 400 Bad Request, each with a JSON body naming the key or semaphore. The decorators
- * apply it to the methods they wrap (the locking itself happens in the method, so that it also
- * works for provider methods and holds the lease for the life of an Observable result). Only
- * errors the decorators raised are mapped; the method's own errors pass through as they are.
+ * Seconds a client is asked to wait before it tries a full semaphore again, by default.
+ * @deprecated The default of every 503 is `DEFAULT_RETRY_AFTER_SECONDS`; set `retryAfter` on the
+ * module or the decorator to change it.
+ */
+export const SEMAPHORE_RETRY_AFTER_SECONDS = DEFAULT_RETRY_AFTER_SECONDS;
+
+/** The module options the interceptor reads. */
+export type LockHttpOptions = Partial<Pick<ResolvedModuleOptions, 'retryAfter' | 'errorBody'>>;
+
+/**
+ * The HTTP side of `@WithLock` and `@Semaphore`: a lock held by someone else is 409 Conflict; no
+ * permit, or a store that failed (Redis unreachable, `LockBackendError`), is 503 Service
+ * Unavailable with `Retry-After`; a key template that resolved to nothing is 400 Bad Request; each
+ * with a JSON body naming the error's `code` and the key or semaphore (shaped by the module's
+ * `errorBody`, if set). The decorators apply it to the methods they wrap (the locking itself
+ * happens in the method, so that it also works for provider methods and holds the lease for the
+ * life of an Observable result). Only errors the decorators raised are mapped; the method's own
+ * errors pass through as they are. Express and Fastify alike.
  *
- * Register it globally to map the decorators' errors from the services a handler calls, too.
+ * Register it globally to map the decorators' errors from the services a handler calls, too:
+ * as `APP_INTERCEPTOR`, or `app.useGlobalInterceptors(new LockInterceptor(app.get(LOCK_OPTIONS)))`.
  */
 @Injectable()
 export class LockInterceptor implements NestInterceptor {
+  constructor(@Optional() @Inject(LOCK_OPTIONS) private readonly options: LockHttpOptions = {}) {}
+
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     if (context.getType() !== 'http') return next.handle();
     return next.handle().pipe(catchError((error: unknown) => throwError(() => this.toHttp(error, context))));
   }
 
   protected toHttp(error: unknown, context: ExecutionContext): unknown {
-    if (!isRaisedByDecorator(error)) return error;
+    const settings = decoratorSettingsOf(error);
+    if (settings === undefined) return error;
+    const retryAfter = settings.retryAfter ?? this.options.retryAfter ?? DEFAULT_RETRY_AFTER_SECONDS;
     if (error instanceof LockTimeoutError) {
-      const body = { statusCode: HttpStatus.CONFLICT, error: 'Conflict', code: error.code, message: error.message };
-      return new ConflictException({ ...body, key: error.key }, { cause: error });
+      const body = { ...defaultBody(HttpStatus.CONFLICT, 'Conflict', error), key: error.key };
+      return new ConflictException(this.shape(body, error, context), { cause: error });
     }
     if (error instanceof SemaphoreTimeoutError) {
-      setHeader(context.switchToHttp().getResponse(), 'Retry-After', String(SEMAPHORE_RETRY_AFTER_SECONDS));
-      const body = { statusCode: HttpStatus.SERVICE_UNAVAILABLE, error: 'Service Unavailable', code: error.code };
-      return new ServiceUnavailableException(
-        { ...body, message: error.message, semaphore: error.semaphore, limit: error.limit },
-        { cause: error },
-      );
+      setHeader(context.switchToHttp().getResponse(), 'Retry-After', String(retryAfter));
+      const body = {
+        ...defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error),
+        semaphore: error.semaphore,
+        limit: error.limit,
+      };
+      return new ServiceUnavailableException(this.shape(body, error, context), { cause: error });
+    }
+    if (error instanceof LockBackendError) {
+      setHeader(context.switchToHttp().getResponse(), 'Retry-After', String(retryAfter));
+      const body = {
+        ...defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error),
+        ...(error.key === undefined ? {} : { key: error.key }),
+      };
+      return new ServiceUnavailableException(this.shape(body, error, context), { cause: error });
     }
     if (error instanceof InvalidArgumentError) {
-      const body = {
-        statusCode: HttpStatus.BAD_REQUEST,
-        error: 'Bad Request',
-        code: error.code,
-        message: error.message,
-      };
-      return new BadRequestException({ ...body, argument: error.argument }, { cause: error });
+      const body = { ...defaultBody(HttpStatus.BAD_REQUEST, 'Bad Request', error), argument: error.argument };
+      return new BadRequestException(this.shape(body, error, context), { cause: error });
     }
     return error;
   }
+
+  private shape(
+    body: LockErrorBody,
+    error: LockError,
+    context: ExecutionContext,
+  ): ConstructorParameters<typeof HttpException>[0] {
+    return this.options.errorBody ? this.options.errorBody(body, error, context) : body;
+  }
+}
+
+function defaultBody(statusCode: number, reason: string, error: LockError): LockErrorBody {
+  return { statusCode, error: reason, code: error.code, message: error.message };
 }
 
 /** Express responses have `setHeader`, Fastify replies `header`. */

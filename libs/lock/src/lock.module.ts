@@ -46,7 +46,10 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
     super();
   }
 
-  /** Without options (or without `redis`): the embedded memory store. */
+  /**
+   * Without `redis`: the embedded memory store — quietly with `store: 'memory'`, else with a
+   * warning at start that locks are process-local.
+   */
   static override forRoot(options: typeof OPTIONS_TYPE = {}): DynamicModule {
     return super.forRoot(options);
   }
@@ -61,9 +64,13 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
   }
 }
 
-async function createStore({ redis, keyPrefix, commandTimeout }: ResolvedModuleOptions): Promise<LockStore> {
+async function createStore({ redis, store, keyPrefix, commandTimeout }: ResolvedModuleOptions): Promise<LockStore> {
   if (redis === undefined) {
-    logger.warn('No redis configured: using the embedded memory store, locks are process-local');
+    if (store !== 'memory') {
+      logger.warn(
+        "No redis configured: using the embedded memory store, locks are process-local (store: 'memory' says it is on purpose)",
+      );
+    }
     return new MemoryStore();
   }
   if (isRedisClient(redis)) {

@@ -1,5 +1,6 @@
+import type { ExecutionContext } from '@nestjs/common';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
-import { InvalidArgumentError, type LockLostError } from './lock.errors.js';
+import { InvalidArgumentError, type LockError, type LockLostError } from './lock.errors.js';
 
 /**
  * The longest duration any option takes: Node's timers overflow above it (and fire at once),
@@ -48,10 +49,17 @@ export interface LockOptions extends LeaseOptions {
 export interface LockModuleOptions {
   /**
    * Redis URL, ioredis options, or an existing ioredis client / cluster.
-   * Without it the module uses the embedded memory store (one process only).
+   * Without it the module uses the embedded memory store (one process only), and says so at start.
    * A client passed in is never closed by the module.
    */
   redis?: string | RedisOptions | Redis | Cluster;
+  /**
+   * Which store to use, said on purpose: `'memory'` is the embedded store without the start-up
+   * warning (unit tests, one-process tools), and cannot be combined with `redis`; `'redis'` refuses
+   * to start without `redis` (a missing `REDIS_URL` then fails at bootstrap instead of falling back
+   * to process-local locks). Default: Redis when `redis` is given, else the memory store.
+   */
+  store?: 'memory' | 'redis';
   /** Prefix of every Redis key the library writes. */
   keyPrefix?: string;
   /** Defaults of every lock and permit; each call may override them. */
@@ -72,7 +80,41 @@ export interface LockModuleOptions {
    * time). It is logged as well; what the hook throws is logged, never rethrown.
    */
   onLockLost?: (error: LockLostError) => void;
+  /**
+   * Seconds in the `Retry-After` header of the 503 answers of decorated routes (no permit, or the
+   * store failed); a decorator's own `retryAfter` wins. Default 1.
+   */
+  retryAfter?: number;
+  /**
+   * Shapes the JSON body of every answer `LockInterceptor` gives for the decorators' errors
+   * (409, 503, 400): it receives the default body, the error and the request's context, and
+   * returns the body to send. The status and `Retry-After` stay as they are.
+   */
+  errorBody?: (body: LockErrorBody, error: LockError, context: ExecutionContext) => object | string;
 }
+
+/** The default JSON body of an answer `LockInterceptor` gives for a decorator's error. */
+export interface LockErrorBody {
+  statusCode: number;
+  error: string;
+  /** The error's stable `code`: `LOCK_TIMEOUT`, `SEMAPHORE_TIMEOUT`, `BACKEND_UNAVAILABLE`, … */
+  code: string;
+  message: string;
+  /** `LOCK_TIMEOUT` and backend errors: the lock key (or semaphore name) involved. */
+  key?: string;
+  /** `SEMAPHORE_TIMEOUT`: the semaphore and its limit. */
+  semaphore?: string;
+  limit?: number;
+  /** `INVALID_ARGUMENT`: what was wrong, e.g. `key`. */
+  argument?: string;
+}
+
+/**
+ * `Retry-After` of a 503 when neither the module nor the decorator says otherwise. Not derived from
+ * the wait policy: the caller already waited its `timeout`, and when a permit frees up or Redis
+ * comes back is unknown; one second spreads retries without making clients wait long.
+ */
+export const DEFAULT_RETRY_AFTER_SECONDS = 1;
 
 export const DEFAULT_LEASE: Readonly<LeaseDefaults> = Object.freeze({
   ttl: 30_000,
@@ -90,13 +132,26 @@ export const DEFAULT_FAIR = true;
 /** Module options after validation, with every default filled in. */
 export interface ResolvedModuleOptions {
   redis?: LockModuleOptions['redis'];
+  /** As given: `undefined` when the options did not say which store. */
+  store?: LockModuleOptions['store'];
   keyPrefix: string;
   defaults: Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
   commandTimeout: number;
   onLockLost?: (error: LockLostError) => void;
+  retryAfter: number;
+  errorBody?: LockModuleOptions['errorBody'];
 }
 
-const MODULE_OPTION_NAMES = new Set(['redis', 'keyPrefix', 'defaults', 'commandTimeout', 'onLockLost']);
+const MODULE_OPTION_NAMES = new Set([
+  'redis',
+  'store',
+  'keyPrefix',
+  'defaults',
+  'commandTimeout',
+  'onLockLost',
+  'retryAfter',
+  'errorBody',
+]);
 const DEFAULTS_OPTION_NAMES = new Set([...Object.keys(DEFAULT_LEASE), 'autoExtend', 'fair']);
 /** The option names each kind of call accepts; anything else is a misspelling and refused. */
 export const OPTION_NAMES = {
@@ -111,15 +166,19 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   rejectUnknownNames('', options, MODULE_OPTION_NAMES);
   const {
     redis,
+    store,
     keyPrefix = DEFAULT_KEY_PREFIX,
     defaults = {},
     commandTimeout = DEFAULT_COMMAND_TIMEOUT,
     onLockLost,
+    retryAfter = DEFAULT_RETRY_AFTER_SECONDS,
+    errorBody,
   } = options;
 
   if (redis !== undefined) {
     validateRedisOption(redis);
   }
+  validateStoreChoice(store, redis);
   if (typeof keyPrefix !== 'string' || /[{}]/.test(keyPrefix) || LONE_SURROGATE.test(keyPrefix)) {
     // A brace in the prefix would move the hash tag off the user key and split a lock's keys across slots.
     throw new InvalidArgumentError('keyPrefix', 'must be a well-formed string without "{" or "}"');
@@ -131,8 +190,12 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   if (onLockLost !== undefined && typeof onLockLost !== 'function') {
     throw new InvalidArgumentError('onLockLost', `must be a function, got ${describe(onLockLost)}`);
   }
+  if (errorBody !== undefined && typeof errorBody !== 'function') {
+    throw new InvalidArgumentError('errorBody', `must be a function, got ${describe(errorBody)}`);
+  }
   return {
     redis,
+    ...(store === undefined ? {} : { store }),
     keyPrefix,
     defaults: Object.freeze({
       ...resolveLease(DEFAULT_LEASE, defaults, 'defaults.'),
@@ -141,6 +204,8 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     }),
     commandTimeout: duration('commandTimeout', commandTimeout),
     ...(onLockLost ? { onLockLost } : {}),
+    retryAfter: validateRetryAfter(retryAfter),
+    ...(errorBody ? { errorBody } : {}),
   };
 }
 
@@ -164,6 +229,14 @@ export function validateCallOptions(
   if (token !== undefined) validateKey('token', token);
   validateBoolean(autoExtend, 'autoExtend');
   validateBoolean(fair, 'fair');
+}
+
+/** `Retry-After` takes whole seconds. */
+export function validateRetryAfter(value: unknown): number {
+  if (typeof value !== 'number' || !Number.isInteger(value) || value < 0 || value > LONGEST_DURATION) {
+    throw new InvalidArgumentError('retryAfter', `must be a whole number of seconds ≥ 0, got ${describe(value)}`);
+  }
+  return value;
 }
 
 function validateBoolean(value: unknown, argument: string): boolean | undefined {
@@ -250,6 +323,21 @@ function validateRedisOption(redis: unknown): void {
     throw new InvalidArgumentError(
       'redis',
       `must be a URL, ioredis options or an ioredis client, got ${describe(redis)}`,
+    );
+  }
+}
+
+function validateStoreChoice(store: unknown, redis: unknown): void {
+  if (store !== undefined && store !== 'memory' && store !== 'redis') {
+    throw new InvalidArgumentError('store', `must be 'memory' or 'redis', got ${describe(store)}`);
+  }
+  if (store === 'memory' && redis !== undefined) {
+    throw new InvalidArgumentError('store', "'memory' cannot be combined with a redis option: drop one of them");
+  }
+  if (store === 'redis' && redis === undefined) {
+    throw new InvalidArgumentError(
+      'redis',
+      "store 'redis' needs a redis URL, ioredis options or client, got undefined",
     );
   }
 }

@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import { acquireLease } from './lease/acquire-lease.js';
 import { HeldLease, type KeepPolicy, keepPolicy } from './lease/held-lease.js';
 import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
@@ -14,7 +14,9 @@ import {
   validateKey,
   validateRoutine,
 } from './lock.options.js';
-import { LockStore } from './store/store.js';
+import { type LockInspection, LockStore } from './store/store.js';
+
+const logger = new Logger('LockService');
 
 /** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Lock {
@@ -124,6 +126,33 @@ export class LockService implements OnModuleDestroy {
     return this.store.isLocked(key);
   }
 
+  /**
+   * The lock on `key` as it stands, read-only: `held`, `ttl` (ms its lease still runs, 0 when free)
+   * and `fence` (the last fence issued for the key: always on Redis once the key was ever locked,
+   * on the memory store while it is held).
+   */
+  async inspect(key: string): Promise<LockInspection> {
+    validateKey('key', key);
+    return this.store.inspectLock(key);
+  }
+
+  /**
+   * For operators: releases `key` whoever holds it (a stuck holder, a lease taken with a huge ttl),
+   * as its holder's unlock would — the next fair waiter gets it, or it is freed. The holder finds
+   * it gone at its next renewal: its `signal` aborts with `LockLostError` and `onLockLost` is told.
+   * Logged as a warning naming the key. `false` when it was not held.
+   */
+  async forceUnlock(key: string): Promise<boolean> {
+    validateKey('key', key);
+    const released = await this.store.forceReleaseLock(key);
+    logger.warn(
+      released
+        ? `forceUnlock("${key}"): an operator released the lock, whoever held it`
+        : `forceUnlock("${key}"): the lock was not held, nothing released`,
+    );
+    return released;
+  }
+
   private keep(options: LockOptions, scoped: boolean): KeepPolicy {
     return keepPolicy(scoped, options.autoExtend, this.options.defaults.autoExtend);
   }
@@ -131,7 +160,7 @@ export class LockService implements OnModuleDestroy {
   private async acquireOrThrow(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock> {
     const lock = await this.acquire(key, options, keep);
     if (lock instanceof HeldLock) return lock;
-    throw new LockTimeoutError(key, lock.waited);
+    throw new LockTimeoutError(key, lock.waited, options.timeout ?? this.options.defaults.timeout);
   }
 
   private async acquire(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock | { waited: number }> {

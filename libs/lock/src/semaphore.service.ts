@@ -40,6 +40,12 @@ export interface Permit {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+/** One permit that `SemaphoreService.holders()` found held. */
+export interface PermitHolder {
+  /** Milliseconds its lease still runs. */
+  readonly ttl: number;
+}
+
 /**
  * Counting semaphores shared by every process on the store: at most `limit` permits of a
  * name are held at once, and the permit of a holder that died comes back after its `ttl`.
@@ -130,6 +136,16 @@ export class SemaphoreService implements OnModuleDestroy {
   }
 
   /**
+   * The permits of `name` held right now, read-only: one entry per unexpired permit, with the ms
+   * its lease still runs, soonest to run out first (`length` is what `count()` says). Owner tokens
+   * are not listed: they are what releases a permit.
+   */
+  async holders(name: string): Promise<PermitHolder[]> {
+    validateKey('name', name);
+    return (await this.store.listPermits(name)).map((ttl) => ({ ttl }));
+  }
+
+  /**
    * A permit of the in-process semaphore `name` (see `local()`), as `@Semaphore(limit, { scope: 'local' })`
    * takes it: waits up to `timeout`, then rejects with `SemaphoreTimeoutError`.
    */
@@ -142,7 +158,9 @@ export class SemaphoreService implements OnModuleDestroy {
     const semaphore = this.local(name, limit);
     const { timeout } = resolveLease(this.options.defaults, { timeout: options.timeout });
     const start = performance.now();
-    if (!(await semaphore.wait(timeout))) throw new SemaphoreTimeoutError(name, limit, performance.now() - start);
+    if (!(await semaphore.wait(timeout))) {
+      throw new SemaphoreTimeoutError(name, limit, performance.now() - start, timeout);
+    }
     return new LocalPermit(name, semaphore);
   }
 
@@ -183,7 +201,7 @@ export class SemaphoreService implements OnModuleDestroy {
   ): Promise<HeldPermit> {
     const permit = await this.take(name, limit, options, keep);
     if (permit instanceof HeldPermit) return permit;
-    throw new SemaphoreTimeoutError(name, limit, permit.waited);
+    throw new SemaphoreTimeoutError(name, limit, permit.waited, options.timeout ?? this.options.defaults.timeout);
   }
 
   private async take(

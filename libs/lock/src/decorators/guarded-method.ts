@@ -1,6 +1,6 @@
 import { Inject, UseInterceptors } from '@nestjs/common';
 import { from, isObservable, Observable, type ObservableInput } from 'rxjs';
-import { markRaisedByDecorator } from '../decorator-errors.js';
+import { type DecoratorHttpSettings, markRaisedByDecorator } from '../decorator-errors.js';
 import type { ChainLease, HoldTicket } from '../lease/lease-chain.js';
 import { soleLiveService } from '../live-services.js';
 import { LockInterceptor } from '../lock.interceptor.js';
@@ -31,6 +31,8 @@ export interface GuardedMethodDefinition<S> {
   service: abstract new (...args: never[]) => S;
   /** Builds the guard of one call; runs before anything is acquired, so its errors reject the call. */
   guardFor(service: S, args: unknown[]): MethodGuard;
+  /** What `LockInterceptor` answers on HTTP with this decorator's errors (its `retryAfter`). */
+  http?: DecoratorHttpSettings;
 }
 
 /**
@@ -61,8 +63,10 @@ export function guardMethod<S>(
     throw new TypeError(`${definition.decorator} decorates methods; ${where} is not one`);
   }
   // A static method has no instance for Nest to inject into: it uses the one running service.
-  const serviceProperty = typeof target === 'function' ? undefined : injectService(target, definition.service);
+  const serviceProperty =
+    typeof target === 'function' ? undefined : injectService(target, definition.service, definition.decorator);
   const declaredObservable = returnsObservable(target, propertyKey);
+  const http = definition.http ?? {};
 
   function guardOf(instance: object, args: unknown[]): MethodGuard {
     const injected =
@@ -72,11 +76,13 @@ export function guardMethod<S>(
       const { name } = definition.service;
       throw new Error(
         `${definition.decorator} on ${where} has no ${name}: Nest did not create this ${target.constructor.name} ` +
-          `with its injector, and ${service} applications run a ${name} (import LockModule.forRoot() in one). ` +
+          `with its injector, and ${service} applications run a ${name} ` +
+          '(import LockModule.forRoot() / forRootAsync() in one). ' +
           'The method does not run unprotected.',
       );
     }
-    return markErrors(() => definition.guardFor(service, args));
+    const guard = markErrors(() => definition.guardFor(service, args), http);
+    return (signal) => markErrors(() => guard(signal), http);
   }
 
   const wrapper = function (this: object, ...args: unknown[]): unknown {
@@ -93,7 +99,7 @@ export function guardMethod<S>(
 
 async function guardedCall(guardOf: () => MethodGuard, call: () => unknown): Promise<unknown> {
   const enter = guardOf();
-  const ticket = await markErrors(() => enter());
+  const ticket = await enter();
   let result: unknown;
   try {
     result = await ticket.run(call);
@@ -113,8 +119,9 @@ function guardedObservable(guardOf: () => MethodGuard, call: () => ObservableInp
     const abort = new AbortController();
     let ticket: HoldTicket<ChainLease> | undefined;
     let inner: { unsubscribe(): void } | undefined;
-    // Entered synchronously on subscription, so that a subscription inside a holder joins its lease.
-    markErrors(() => guardOf()(abort.signal)).then(
+    // Entered synchronously on subscription (a promise's executor runs at once, and turns a throw
+    // into a rejection), so that a subscription inside a holder joins its lease.
+    new Promise<HoldTicket<ChainLease>>((resolve) => resolve(guardOf()(abort.signal))).then(
       (entered) => {
         ticket = entered;
         // Unsubscribed while waiting: a lease won at that moment is not wanted any more.
@@ -136,26 +143,30 @@ function guardedObservable(guardOf: () => MethodGuard, call: () => ObservableInp
 }
 
 /** Runs `fn`, marking what it throws or rejects with as raised by a decorator (for the HTTP mapping). */
-function markErrors<T>(fn: () => T): T {
+function markErrors<T>(fn: () => T, http: DecoratorHttpSettings): T {
   try {
     const result = fn();
     if (result instanceof Promise)
-      return result.catch((error: unknown) => Promise.reject(markRaisedByDecorator(error))) as T;
+      return result.catch((error: unknown) => Promise.reject(markRaisedByDecorator(error, http))) as T;
     return result;
   } catch (error) {
-    throw markRaisedByDecorator(error);
+    throw markRaisedByDecorator(error, http);
   }
 }
 
 const injectedProperties = new WeakMap<object, Map<unknown, symbol>>();
 
-/** Declares a property injection of `service` on the class once, and returns the property's key. */
-function injectService(target: object, service: abstract new (...args: never[]) => unknown): symbol {
+/**
+ * Declares a property injection of `service` on the class once, and returns the property's key.
+ * Nest names the property in the error of an application without LockModule, so its description
+ * says what to do.
+ */
+function injectService(target: object, service: abstract new (...args: never[]) => unknown, decorator: string): symbol {
   const properties = injectedProperties.get(target) ?? new Map<unknown, symbol>();
   injectedProperties.set(target, properties);
   let property = properties.get(service);
   if (property === undefined) {
-    property = Symbol(`nest-lock:${service.name}`);
+    property = Symbol(`${decorator} needs ${service.name}: import LockModule.forRoot() / forRootAsync()`);
     properties.set(service, property);
     Inject(service)(target, property);
   }

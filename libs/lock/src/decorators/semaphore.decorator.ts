@@ -5,6 +5,7 @@ import {
   validateKey,
   validateLimit,
   validateLocalOptions,
+  validateRetryAfter,
 } from '../lock.options.js';
 import { SemaphoreService } from '../semaphore.service.js';
 import { classNameOf, type GuardDecorator, guardMethod } from './guarded-method.js';
@@ -14,12 +15,15 @@ export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
   name?: string;
   /** `'distributed'` (default): across every process on the store; `'local'`: inside this process. */
   scope?: 'distributed' | 'local';
+  /** Seconds in `Retry-After` of its 503 on HTTP routes; default: the module's `retryAfter`. */
+  retryAfter?: number;
 }
 
 /**
  * At most `limit` calls of the method run at once — across every process (default) or inside
  * this one (`scope: 'local'`) — on controller route handlers and provider methods alike.
- * On HTTP routes, no permit within `timeout` answers 503 Service Unavailable with `Retry-After`.
+ * On HTTP routes, no permit within `timeout` (or a store that failed) answers 503 Service
+ * Unavailable with `Retry-After`.
  *
  * @example
  * ＠Semaphore(2, { timeout: 0 })
@@ -28,10 +32,12 @@ export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
 export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}): GuardDecorator {
   validateLimit(limit);
   // Misspelt options — and options a local semaphore cannot honour — fail when the class is defined.
-  if (options.scope === 'local') validateLocalOptions(options, ['name', 'scope']);
-  else validateCallOptions('semaphore', options, ['name', 'scope']);
-  const { name, scope = 'distributed', ...leaseOptions } = options;
+  const decoratorOptionNames = ['name', 'scope', 'retryAfter'];
+  if (options.scope === 'local') validateLocalOptions(options, decoratorOptionNames);
+  else validateCallOptions('semaphore', options, decoratorOptionNames);
+  const { name, scope = 'distributed', retryAfter, ...leaseOptions } = options;
   if (name !== undefined) validateKey('name', name);
+  if (retryAfter !== undefined) validateRetryAfter(retryAfter);
   if (scope !== 'distributed' && scope !== 'local') {
     throw new InvalidArgumentError('scope', `must be 'distributed' or 'local', got ${String(scope)}`);
   }
@@ -47,6 +53,7 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
             ? () => semaphores.enterLocal(semaphoreName, limit, leaseOptions)
             : (signal) =>
                 semaphores.enter(semaphoreName, limit, { ...leaseOptions, signal: signal ?? leaseOptions.signal }),
+        ...(retryAfter === undefined ? {} : { http: { retryAfter } }),
       },
       target,
       propertyKey,

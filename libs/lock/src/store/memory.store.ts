@@ -1,6 +1,6 @@
 import { LockBackendError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../lock.options.js';
-import type { Attempt, LeaseKind, LeaseRenewal, LockStore, Turn } from './store.js';
+import type { Attempt, LeaseKind, LeaseRenewal, LockInspection, LockStore, Turn } from './store.js';
 
 interface Lease {
   /** `performance.now()` at which the lease ends. */
@@ -27,6 +27,8 @@ export class MemoryStore implements LockStore {
   private readonly semaphores = new Map<string, Map<string, Lease>>();
   private readonly sleepers = new Map<string, Set<() => void>>();
   private lastFence = 0;
+  /** The fence of each held lock, for `inspectLock` (forgotten on release: nothing kept per key). */
+  private readonly lockFences = new Map<string, number>();
   private closed = false;
 
   async acquireLock(key: string, token: string, ttl: number): Promise<Attempt> {
@@ -34,7 +36,9 @@ export class MemoryStore implements LockStore {
     if (holder !== undefined && holder.token !== token)
       return { fence: 0, retryIn: holder.deadline - performance.now() };
     this.grantLock(key, token, ttl);
-    return { fence: this.nextFence(), retryIn: 0 };
+    const fence = this.nextFence();
+    this.lockFences.set(key, fence);
+    return { fence, retryIn: 0 };
   }
 
   async releaseLock(key: string, token: string): Promise<boolean> {
@@ -153,6 +157,7 @@ export class MemoryStore implements LockStore {
   private freeLock(key: string): void {
     clearTimeout(this.locks.get(key)?.expiry);
     this.locks.delete(key);
+    this.lockFences.delete(key);
     this.wake('lock', key);
   }
 
@@ -217,6 +222,28 @@ export class MemoryStore implements LockStore {
 
   private assertOpen(key: string): void {
     if (this.closed) throw new LockBackendError('The memory lock store is closed', key, { retryable: false });
+  }
+
+  async inspectLock(key: string): Promise<LockInspection> {
+    const lease = this.liveLock(key);
+    if (lease === undefined) return { held: false, ttl: 0 };
+    const fence = this.lockFences.get(key);
+    return {
+      held: true,
+      ttl: Math.ceil(lease.deadline - performance.now()),
+      ...(fence === undefined ? {} : { fence }),
+    };
+  }
+
+  async listPermits(name: string): Promise<number[]> {
+    const now = performance.now();
+    return [...this.livePermits(name).values()].map((lease) => Math.ceil(lease.deadline - now)).sort((a, b) => a - b);
+  }
+
+  async forceReleaseLock(key: string): Promise<boolean> {
+    if (this.liveLock(key) === undefined) return false;
+    this.freeLock(key);
+    return true;
   }
 }
 

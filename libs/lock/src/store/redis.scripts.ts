@@ -306,3 +306,69 @@ export const countPermitsScript = script(
 return redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
 `,
 );
+
+// Inspection and operators' tools, for LockService.inspect / forceUnlock and SemaphoreService.holders.
+
+/**
+ * Reads a lock without touching it: its remaining lease and its fence counter.
+ * KEYS[1] lock, KEYS[2] fence counter. No ARGV.
+ * Returns {PTTL of the lock (-2: not held), the last fence issued as a string ('' if none)}: the
+ * fence as a string, because it is near 2^51 and Lua would hand a number back in exponent notation.
+ * One script rather than two commands, so that both values are of the same instant.
+ */
+export const inspectLockScript = script(
+  'inspectLock',
+  2,
+  `
+return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
+`,
+);
+
+/**
+ * Lists the unexpired permits of a semaphore (read-only): what `countPermits` counts.
+ * KEYS[1] semaphore set. No ARGV.
+ * Returns the ms each permit's lease still runs, by the server's clock, soonest first (ZRANGEBYSCORE
+ * orders by deadline).
+ */
+export const listPermitsScript = script(
+  'listPermits',
+  1,
+  `${serverNowMs}
+local permits = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES')
+local remaining = {}
+for i = 2, #permits, 2 do
+  remaining[#remaining + 1] = tonumber(permits[i]) - now
+end
+return remaining
+`,
+);
+
+/**
+ * An operator's release of a lock, whoever holds it: the same as `releaseLockScript` for the
+ * holder's token — the lock goes to the first fair waiter in line (for a handover lease), or is
+ * freed and the waiters are woken — without knowing the token. The holder finds it gone at its
+ * next renewal (a lost lease).
+ * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
+ * ARGV[1] lease ms of a handover, ARGV[2] channel.
+ * Returns 1 if the lock was held, else 0.
+ */
+export const forceReleaseLockScript = script(
+  'forceReleaseLock',
+  4,
+  `${prelude}
+if not redis.call('GET', lease) then
+  return 0
+end
+dropGoneWaiters(serverTime())
+local first = redis.call('ZRANGE', line, 0, 0)[1]
+if first then
+  redis.call('SET', lease, first, 'PX', ARGV[1])
+  leaveLine(first)
+  tell(ARGV[2], first)
+else
+  redis.call('DEL', lease)
+  redis.call('PUBLISH', ARGV[2], '')
+end
+return 1
+`,
+);

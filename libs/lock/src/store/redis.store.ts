@@ -1,18 +1,22 @@
 import type { Cluster, Redis } from 'ioredis';
 import { createHash } from 'node:crypto';
-import { errorMessage, LockBackendError } from '../lock.errors.js';
+import { LockBackendError } from '../lock.errors.js';
+import { backendErrorOf, unansweredError } from './backend-messages.js';
 import {
   acquireLockScript,
   acquirePermitScript,
   countPermitsScript,
   extendLockScript,
   extendPermitScript,
+  forceReleaseLockScript,
+  inspectLockScript,
+  listPermitsScript,
   type RedisScript,
   releaseLockScript,
   releasePermitScript,
 } from './redis.scripts.js';
 import { WakeUps } from './redis-wakeups.js';
-import type { Attempt, AttemptOptions, LeaseKind, LeaseRenewal, LockStore, Turn } from './store.js';
+import type { Attempt, AttemptOptions, LeaseKind, LeaseRenewal, LockInspection, LockStore, Turn } from './store.js';
 
 export interface RedisStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */
@@ -22,13 +26,6 @@ export interface RedisStoreOptions {
   /** `close()` quits the client only when the module created it; a client passed in stays open. */
   ownsClient: boolean;
 }
-
-/**
- * Reply errors that pass by themselves (a failover, a load, a busy script, memory pressure):
- * retried like an outage. Any other reply error (`WRONGTYPE`, `NOPERM`, a script error) would only
- * be answered again, so it is raised at once as `BACKEND_ERROR`.
- */
-const TRANSIENT_REPLY = /^(READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|BUSY|OOM|NOREPLICAS|MISCONF)\b/;
 
 /**
  * Leases on Redis: `SET NX PX` and compare-by-token Lua scripts, called by SHA.
@@ -224,24 +221,34 @@ export class RedisStore implements LockStore {
     }
   }
 
-  /** `BACKEND_ERROR` for a reply error that would only come again, else `BACKEND_UNAVAILABLE`. */
+  /** `BACKEND_ERROR` for a reply error that would only come again, else `BACKEND_UNAVAILABLE` (see backend-messages.ts). */
   private backendError(error: unknown, operation: string, key: string): LockBackendError {
-    if (error instanceof LockBackendError) return error;
-    const message = errorMessage(error);
-    const permanent = error instanceof Error && error.name === 'ReplyError' && !TRANSIENT_REPLY.test(message);
-    return permanent
-      ? new LockBackendError(`Redis refused ${operation} for "${key}": ${message}`, key, {
-          cause: error,
-          code: 'BACKEND_ERROR',
-        })
-      : new LockBackendError(`Redis ${operation} failed for "${key}": ${message}`, key, { cause: error });
+    return backendErrorOf(error, operation, key);
+  }
+
+  // Inspection and operators' tools.
+
+  async inspectLock(key: string): Promise<LockInspection> {
+    const keys = this.keysOf('lock', key).slice(0, 2);
+    const [pttl, fence] = (await this.runScript(inspectLockScript, key, keys, [])) as [number, string];
+    // -2: no lock; -1: a key without expiry, which nest-lock never writes (a lease that never runs out).
+    if (Number(pttl) === -2) return { held: false, ttl: 0, ...(fence === '' ? {} : { fence: Number(fence) }) };
+    const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : Number(pttl);
+    return { held: true, ttl, ...(fence === '' ? {} : { fence: Number(fence) }) };
+  }
+
+  async listPermits(name: string): Promise<number[]> {
+    const remaining = (await this.runScript(listPermitsScript, name, [this.semaphoreKey(name)], [])) as number[];
+    return remaining.map(Number);
+  }
+
+  async forceReleaseLock(key: string): Promise<boolean> {
+    const args = [this.handoverLease, this.channelOf('lock', key)];
+    return (await this.runScript(forceReleaseLockScript, key, this.keysOf('lock', key), args)) === 1;
   }
 
   private withTimeout<T>(command: Promise<T>, operation: string, key: string): Promise<T> {
-    return this.deadlines.bound(command, () => {
-      const message = `Redis did not answer ${operation} within ${this.options.commandTimeout} ms`;
-      return new LockBackendError(message, key || undefined);
-    });
+    return this.deadlines.bound(command, () => unansweredError(operation, key, this.options.commandTimeout));
   }
 }
 

@@ -64,6 +64,29 @@ export interface LockStore {
 
   /** Releases what the store opened (connections it created, timers); idempotent. */
   close(): Promise<void>;
+
+  // Inspection and operators' tools (LockService.inspect / forceUnlock, SemaphoreService.holders).
+
+  /** The lock on `key` as it stands now; read-only. */
+  inspectLock(key: string): Promise<LockInspection>;
+
+  /** Milliseconds each unexpired permit of `name` still runs, soonest first; read-only. */
+  listPermits(name: string): Promise<number[]>;
+
+  /**
+   * Releases `key` whoever holds it, as its holder's release would: to the first fair waiter in
+   * line, or freed with a wake-up for the others. `false` when it was not held.
+   */
+  forceReleaseLock(key: string): Promise<boolean>;
+}
+
+/** A lock as `inspectLock` finds it. */
+export interface LockInspection {
+  held: boolean;
+  /** Milliseconds the holder's lease still runs; 0 when not held. */
+  ttl: number;
+  /** The last fence issued for the key, when the store knows it. */
+  fence?: number;
 }
 
 export type LeaseKind = 'lock' | 'semaphore';
