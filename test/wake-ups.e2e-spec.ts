@@ -30,6 +30,11 @@ describe('wake-ups and fair order on Redis', () => {
   });
 
   const store = () => app.module.get<RedisStore>(LockStore);
+  /** Scripts the server ran by SHA so far (every attempt and release is one). */
+  async function evalshaCalls(): Promise<number> {
+    const stats = await redis.info('commandstats');
+    return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+  }
   const lineLength = async (key: string) => redis.zcard(store().keysOf('lock', key)[2]);
   async function untilInLine(key: string, waiters: number): Promise<void> {
     const deadline = performance.now() + 10_000;
@@ -72,6 +77,24 @@ describe('wake-ups and fair order on Redis', () => {
     await lock.unlock();
   });
 
+  it('keeps a waiter asleep until it is told: no polling while its channel is subscribed', async () => {
+    // (Before the test that kills the subscriber: while it reconnects, waiters poll with their step.)
+    const key = uniqueKey('asleep');
+    const holder = await app.locks.lock(key);
+    const attemptsBefore = await evalshaCalls();
+    // With a step of 1 ms that never grows, a polling waiter would attempt about 1,500 times in 1.5 s.
+    const waiter = app.locks.lock(key, { step: 1, ratio: 1, maxStep: 500 });
+    await delay(1_500);
+    await holder.unlock();
+    const lock = await waiter;
+
+    // Its first attempt, one more once subscribed, then one every maxStep (±25 %) to keep its place.
+    const attempts = (await evalshaCalls()) - attemptsBefore - 1; // less the holder's release
+    expect(attempts).toBeGreaterThanOrEqual(2);
+    expect(attempts).toBeLessThanOrEqual(8);
+    await lock.unlock();
+  });
+
   it('still grants the lock within one step when the wake-up message is lost (subscriber killed)', async () => {
     const key = uniqueKey('lost-message');
     const holder = await app.locks.lock(key);
@@ -87,6 +110,28 @@ describe('wake-ups and fair order on Redis', () => {
 
     expect(after).toBeLessThan(300 * 1.25 + 300);
     await lock.unlock();
+  });
+
+  it("keeps a handover that comes while the waiter is not waiting (its attempt on the way) for the waiter's next wait", async () => {
+    const key = uniqueKey('kept-handover');
+    const turn = store().openTurn('lock', key, 'the-waiter');
+    try {
+      // The first wait subscribes; it ends as soon as the subscription stands.
+      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0);
+      // A release hands the lock over while no wait is in progress.
+      await redis.publish(store().channelOf('lock', key), 'the-waiter 42');
+      await delay(100);
+      const started = performance.now();
+
+      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(42);
+      expect(performance.now() - started).toBeLessThan(1_000);
+      // Other waiters' handovers are not kept for it.
+      await redis.publish(store().channelOf('lock', key), 'someone-else 43');
+      await delay(100);
+      expect(await turn.wait({ limit: 200, step: 200 })).toBe(0);
+    } finally {
+      turn.close();
+    }
   });
 
   it("grants the lock soon after the holder's lease simply runs out, without a release", async () => {
