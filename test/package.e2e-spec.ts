@@ -89,13 +89,15 @@ describe('the npm tarball of nest-lock', () => {
     expect(unresolved).toEqual([]);
   });
 
-  it('says where it comes from', () => {
+  it('says where it comes from, and takes ioredis 5 or 6 as an optional peer', () => {
     expect(packageJson).toMatchObject({
       name: 'nest-lock',
       license: 'MIT',
       repository: { type: 'git', url: expect.stringMatching(/^git\+https:\/\//), directory: 'libs/lock' },
       homepage: expect.stringMatching(/^https:\/\//),
       bugs: { url: expect.stringMatching(/^https:\/\//) },
+      peerDependencies: expect.objectContaining({ ioredis: '^5.0.0 || ^6.0.0' }),
+      peerDependenciesMeta: { ioredis: { optional: true } },
     });
   });
 
