@@ -48,10 +48,10 @@ export interface LockOptions extends LeaseOptions {
 export interface LockModuleOptions {
   /**
    * Redis URL, ioredis options, or an existing ioredis client / cluster.
-   * Without it the module uses the embedded memory store (one process only).
-   * A client passed in is never closed by the module.
+   * Without it — or `undefined`, as an unset `process.env.REDIS_URL` is — the module uses the
+   * embedded memory store (one process only). A client passed in is never closed by the module.
    */
-  redis?: string | RedisOptions | Redis | Cluster;
+  redis?: string | RedisOptions | Redis | Cluster | undefined;
   /** Prefix of every Redis key the library writes. */
   keyPrefix?: string;
   /** Defaults of every lock and permit; each call may override them. */
