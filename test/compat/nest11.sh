@@ -2,7 +2,8 @@
 # The packed nest-lock (npm pack of libs/lock, after `npm run build`) installed into a new NestJS 11
 # application written in CommonJS, on ioredis 5: its TypeScript compiles with `module: commonjs`
 # (and type-checks with `nodenext`), test/compat/app runs against a redis-server it starts, and a
-# default ts-jest (CommonJS) unit test imports nest-lock. Bounded in time; the scratch folder goes.
+# default ts-jest (CommonJS) unit test imports nest-lock; then, ioredis removed, a memory-store app
+# compiles and runs. Bounded in time; the scratch folder goes.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -69,3 +70,24 @@ timeout 120 npx tsc -p tsconfig.build.json
 timeout 120 npx tsc -p tsconfig.json --noEmit --module nodenext --moduleResolution nodenext
 timeout 120 node dist/main.js 11
 timeout 300 npx jest --ci
+
+# ioredis is an optional peer: without it, an application on the memory store compiles (under
+# skipLibCheck, the Nest default) and runs.
+timeout 300 npm uninstall --no-audit --no-fund --loglevel=error ioredis
+[ ! -e node_modules/ioredis ]
+mkdir memory-only
+cat > memory-only/main.ts <<'TS'
+import 'reflect-metadata';
+import { NestFactory } from '@nestjs/core';
+import { LockModule, LockService } from 'nest-lock';
+
+async function main(): Promise<void> {
+  const app = await NestFactory.createApplicationContext(LockModule.forRoot(), { logger: false });
+  console.log(await app.get(LockService).withLock('memory', async () => 'nest-lock runs without ioredis on the memory store'));
+  await app.close();
+}
+void main();
+TS
+timeout 120 npx tsc --strict --module commonjs --target es2023 --experimentalDecorators --emitDecoratorMetadata \
+  --skipLibCheck --types node --outDir memory-only/dist memory-only/main.ts
+timeout 60 node memory-only/dist/main.js
