@@ -11,7 +11,7 @@ export default tseslint.config(
     languageOptions: {
       globals: globals.node,
       parserOptions: {
-        projectService: { allowDefaultProject: ['*.js', 'test/support/workers/*.mjs', 'test/compat/*.cjs'] },
+        projectService: { allowDefaultProject: ['*.js', 'test/support/workers/*.mjs'] },
       },
     },
     rules: {

@@ -1,13 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import type { INestApplication } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { type Browser, chromium, type Page } from 'playwright-core';
 import { AppModule } from '../apps/demo/src/app.module.js';
 import { readDemoConfig } from '../apps/demo/src/demo.config.js';
+import { findChromium } from './support/chromium.js';
 import { RedisServer } from './support/redis-server.js';
 
-const CHROMIUM = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
 const ARTIFACTS = 'test-artifacts';
 
 /** A person at the demo page: fire the stampede with the lock on, then off, and read the result. */
@@ -18,30 +18,13 @@ describe('the demo page in a browser', () => {
   let page: Page;
 
   beforeAll(async () => {
-    if (!existsSync(CHROMIUM)) {
-      throw new Error(
-        `Chromium is not at ${CHROMIUM}: install it (Debian: apt-get install -y chromium) or set CHROMIUM_PATH`,
-      );
-    }
     server = await RedisServer.start();
     const module = await Test.createTestingModule({
       imports: [AppModule.register(readDemoConfig({ REDIS_URL: server.url }))],
     }).compile();
     app = module.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      // As root Chromium needs --no-sandbox; the others keep it off the (closed) network.
-      args: [
-        '--no-sandbox',
-        '--disable-gpu',
-        '--disable-quic',
-        '--no-first-run',
-        '--disable-background-networking',
-        '--disable-component-update',
-        '--disable-sync',
-      ],
-    });
+    browser = await chromium.launch(await findChromium());
     page = await browser.newPage({ viewport: { width: 800, height: 640 } });
     await page.goto(await app.getUrl());
     mkdirSync(ARTIFACTS, { recursive: true });

@@ -87,6 +87,20 @@ describe('LockModule', () => {
     await module.close();
   });
 
+  it('forRoot({ redis: undefined }), an unset REDIS_URL, is the memory store too', async () => {
+    const logger = new RecordingLogger();
+    const unsetUrl: string | undefined = undefined;
+    const module = await Test.createTestingModule({ imports: [LockModule.forRoot({ redis: unsetUrl })] })
+      .setLogger(logger)
+      .compile();
+
+    const lock = await module.get(LockService).lock('k');
+    expect(await lock.unlock()).toBe(true);
+    expect(module.get<ResolvedModuleOptions>(LOCK_OPTIONS).redis).toBeUndefined();
+    expect(logger.lines.filter((line) => line.includes('process-local'))).toHaveLength(1);
+    await module.close();
+  });
+
   it('forRootAsync() takes options from a factory with injected dependencies', async () => {
     const module = await Test.createTestingModule({
       imports: [

@@ -49,10 +49,11 @@ export interface LockOptions extends LeaseOptions {
 export interface LockModuleOptions {
   /**
    * Redis URL, ioredis options, or an existing ioredis client / cluster.
-   * Without it the module uses the embedded memory store (one process only), and says so at start.
-   * A client passed in is never closed by the module.
+   * Without it — or `undefined`, as an unset `process.env.REDIS_URL` is — the module uses the
+   * embedded memory store (one process only), and says so at start. A client passed in is never
+   * closed by the module.
    */
-  redis?: string | RedisOptions | Redis | Cluster;
+  redis?: string | RedisOptions | Redis | Cluster | undefined;
   /**
    * Which store to use, said on purpose: `'memory'` is the embedded store without the start-up
    * warning (unit tests, one-process tools), and cannot be combined with `redis`; `'redis'` refuses

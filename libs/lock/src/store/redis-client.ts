@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
-import { Redis, type RedisOptions } from 'ioredis';
+import type { Redis, RedisOptions } from 'ioredis';
+import { InvalidArgumentError } from '../lock.errors.js';
 
 /**
  * Client settings for a connection the module opens itself. A lock command must either
@@ -15,12 +16,29 @@ const MODULE_CLIENT_DEFAULTS: RedisOptions = {
   retryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
 };
 
+/**
+ * ioredis is an optional peer dependency: an application on the memory store need not install
+ * it, so it is loaded only here, when the module is to open a connection.
+ */
+async function loadRedisClass(): Promise<typeof Redis> {
+  try {
+    return (await import('ioredis')).Redis;
+  } catch (error) {
+    const { code, message } = error as { code?: unknown; message?: unknown };
+    const notFound = code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
+    const missing = notFound && typeof message === 'string' && message.includes("'ioredis'");
+    if (!missing) throw error;
+    throw new InvalidArgumentError('redis', 'connecting to Redis needs the ioredis package: npm install ioredis');
+  }
+}
+
 /** Opens the module's own client and logs each outage once rather than every reconnect attempt. */
 export async function connectModuleClient(redis: string | RedisOptions, logger: Logger): Promise<Redis> {
+  const RedisClient = await loadRedisClass();
   const client =
     typeof redis === 'string'
-      ? new Redis(redis, MODULE_CLIENT_DEFAULTS)
-      : new Redis({ ...MODULE_CLIENT_DEFAULTS, ...redis });
+      ? new RedisClient(redis, MODULE_CLIENT_DEFAULTS)
+      : new RedisClient({ ...MODULE_CLIENT_DEFAULTS, ...redis });
 
   let reachable = true;
   client.on('error', (error: Error) => {
