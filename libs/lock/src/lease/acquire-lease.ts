@@ -54,10 +54,11 @@ export async function acquireLease(
   try {
     // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
     const liveness = 2 * (policy.maxStep + commandTimeout);
-    // The send time of the latest attempt answered "wait": a lease handed over later began after it.
+    // The latest attempt answered "wait": when it was sent, and the last fence issued when it ran. A
+    // handover message with a fence above that came after it, so its lease began after that send time;
+    // one at or below it was undone before that attempt ran (it would have found the lease its own).
     let toldToWaitAt = -Infinity;
-    const extend = (holder: string, ttl: number) =>
-      kind === 'lock' ? store.extendLock(id, holder, ttl) : store.extendPermit(id, holder, ttl);
+    let fenceAtWait = Infinity;
     // A grant whose answer came back after its lease ran out may already be someone else's lock:
     // it is given back, and the wait goes on (as Redlock does with a validity ≤ 0).
     const ranOutOnArrival = async (sentAt: number, leaseMs: number): Promise<boolean> => {
@@ -70,24 +71,21 @@ export async function acquireLease(
         attempt: async (join, inLine) => {
           const sentAt = performance.now();
           const answer = await request.attempt(token, policy.ttl, { fair, liveness: join ? liveness : 0, inLine });
-          if (answer.fence === 0) toldToWaitAt = sentAt;
+          if (answer.fence === 0) {
+            toldToWaitAt = sentAt;
+            fenceAtWait = answer.lastFence ?? 0;
+          }
           return answer.fence > 0 && (await ranOutOnArrival(sentAt, policy.ttl)) ? { fence: 0, retryIn: 0 } : answer;
         },
         pause: async (wait, signal) => {
           const fence = await turn.wait(wait, signal);
           if (fence === 0) return null;
-          // Handed over for the store's handover lease, after the last attempt that was told to wait.
           const handover = Math.min(store.handoverLease, policy.ttl);
-          if (performance.now() < toldToWaitAt + handover - clockDrift(handover)) {
+          if (fence > fenceAtWait && performance.now() < toldToWaitAt + handover - clockDrift(handover)) {
             return { fence, sentAt: toldToWaitAt, serverTtl: handover };
           }
-          // That attempt was too long ago to vouch for the handover lease (or its answer was lost): the
-          // lease is ours only if extending it finds it still ours (then it was nobody else's meanwhile).
-          const sentAt = performance.now();
-          const extended = await extend(token, policy.ttl).catch(() => undefined);
-          if (extended === true) return { fence, sentAt, serverTtl: policy.ttl };
-          // No answer: it may be ours after all, and nobody will use it.
-          if (extended === undefined) await request.release(token).catch(() => undefined);
+          // Stale, or too old for this waiter's clock to vouch for: the next attempt finds out (a lease
+          // still its own is granted again, with a new fence).
           return null;
         },
         release: () => request.release(token),

@@ -150,6 +150,33 @@ describe('waitForLease', () => {
     expect(releases()).toBe(1);
   });
 
+  it('sends no attempt after an abort that came while a pause ended without a lease', async () => {
+    const controller = new AbortController();
+    const reason = new Error('aborted');
+    const { lease, attemptsAt, releases } = scriptedLease([], 0);
+    lease.pause = async () => {
+      controller.abort(reason);
+      return null;
+    };
+
+    await expect(waitForLease(lease, policy({}), controller.signal)).rejects.toBe(reason);
+    expect(attemptsAt).toHaveLength(1);
+    expect(releases()).toBe(1);
+  });
+
+  it('gives back a lease handed over while the signal aborted', async () => {
+    const controller = new AbortController();
+    const reason = new Error('aborted');
+    const { lease, releases } = scriptedLease([], 0);
+    lease.pause = async () => {
+      controller.abort(reason);
+      return { fence: 9, sentAt: performance.now(), serverTtl: 1_000 };
+    };
+
+    await expect(waitForLease(lease, policy({}), controller.signal)).rejects.toBe(reason);
+    expect(releases()).toBe(1);
+  });
+
   it('throws an error that retrying cannot fix at once, without waiting for the deadline', async () => {
     const wrongType = new LockBackendError('WRONGTYPE', 'k', { code: 'BACKEND_ERROR' });
     const { lease, attemptsAt } = scriptedLease([wrongType]);

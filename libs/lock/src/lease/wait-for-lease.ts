@@ -74,6 +74,8 @@ export async function waitForLease(
 
   try {
     for (let attempts = 1; ; attempts++) {
+      // An abort that came while a pause ended without a lease: no attempt is sent for nobody.
+      signal?.throwIfAborted();
       const sentAt = performance.now();
       const join = deadline - sentAt > 0;
       let answer: Attempt = { fence: 0, retryIn: 0 };
@@ -121,6 +123,11 @@ export async function waitForLease(
       const limit = failure ? stepWait : Math.min(jittered(policy.maxStep), remaining, untilExpiry);
       const handed = await lease.pause({ limit, step: Math.min(stepWait, limit) }, signal);
       if (handed !== null) {
+        if (signal?.aborted) {
+          // Handed over as the caller gave up: nobody will use it.
+          mayHoldUnwanted = true;
+          throw signal.reason;
+        }
         won = true;
         return { elapsed: performance.now() - start, ...handed };
       }
@@ -136,7 +143,10 @@ function untilAborted<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> 
   if (signal === undefined) return promise;
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);
-    if (signal.aborted) return onAbort();
+    if (signal.aborted) {
+      promise.catch(() => undefined); // nobody awaits it any more: its failure must not go unhandled
+      return onAbort();
+    }
     signal.addEventListener('abort', onAbort, { once: true });
     promise.then(
       (value) => {

@@ -172,7 +172,8 @@ export class Watchdog {
       if (answer === true) lease.renewed(sentAt, ttls[i]);
       else if (answer === false || !answer.transient) lease.lose('taken');
       // A failed renewal is tried again soon, until the lease's deadline says it is lost.
-      else lease.renewAt = performance.now() + Math.max(lease.ttl / 10, 5);
+      // (by the lease the store holds now: a handed-over lease is short until its first renewal)
+      else lease.renewAt = performance.now() + Math.max(lease.serverLease / 10, 5);
     });
     this.scheduleNext();
   }

@@ -45,6 +45,12 @@ local function nextFence()
   return last + 1
 end
 
+-- The last fence this key issued: a waiter told to wait compares it with the fence of a handover
+-- message, which is above it only if the handover came after this attempt.
+local function lastFence()
+  return redis.call('GET', counter) or '0'
+end
+
 local function leaveLine(token)
   redis.call('ZREM', line, token)
   redis.call('ZREM', alive, token)
@@ -79,7 +85,8 @@ end
  * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] '1' to wait in line
  * when not granted, ARGV[5] '1' if it joined the line before, ARGV[6] a waiter's liveness ms,
  * ARGV[7] lease ms of a handover, ARGV[8] channel.
- * Returns {fence, 0} when the token holds the lock now; else {0, ms the holder's lease still runs}.
+ * Returns {fence, 0} when the token holds the lock now; else {0, ms the holder's lease still runs,
+ * the last fence issued}.
  *
  * - The fast path is one SET NX PX with its fence (unless fair waiters are in line: they come
  *   first). Its fence is drawn before the lease is written, and is lost when the lock is taken.
@@ -120,7 +127,7 @@ if not holder then
   tell(ARGV[8], ahead)
 end
 if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[6])) end
-return {0, redis.call('PTTL', lease)}
+return {0, redis.call('PTTL', lease), lastFence()}
 `,
 );
 
@@ -204,7 +211,8 @@ end
  * ARGV[1] token, ARGV[2] limit, ARGV[3] ttl ms, ARGV[4] '1' fair, ARGV[5] '1' to wait in line,
  * ARGV[6] '1' if it joined the line before, ARGV[7] a waiter's liveness ms, ARGV[8] lease ms of a
  * handover, ARGV[9] channel.
- * Returns {fence, 0} if the token holds a permit now, else {0, ms until the first permit runs out}.
+ * Returns {fence, 0} if the token holds a permit now, else {0, ms until the first permit runs out,
+ * the last fence issued}. Permits handed to waiters ahead move the set's expiry to the last deadline.
  */
 export const acquirePermitScript = script(
   'acquirePermit',
@@ -212,6 +220,7 @@ export const acquirePermitScript = script(
   `${prelude}${permitHandover}
 local token, limit, ttl, fair, joins = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5] == '1'
 local inLine = ARGV[6] == '1'
+local handed = false
 local nowMs, nowMicros = serverTime()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local granted = redis.call('ZSCORE', lease, token)
@@ -222,6 +231,7 @@ if not granted and free > 0 and redis.call('EXISTS', alive) == 1 then
     for _, waiter in ipairs(redis.call('ZRANGE', line, 0, free - 1)) do
       if waiter == token then break end
       handPermit(waiter, nowMs, tonumber(ARGV[8]), ARGV[9])
+      handed = true
       free = free - 1
     end
   end
@@ -234,9 +244,13 @@ if granted or free > 0 then
   redis.call('PEXPIREAT', lease, last[2])
   return {fence, 0}
 end
+if handed then
+  local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
+  redis.call('PEXPIREAT', lease, last[2])
+end
 if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[7])) end
 local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')
-return {0, first[2] and (tonumber(first[2]) - nowMs) or 0}
+return {0, first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
 `,
 );
 

@@ -168,11 +168,11 @@ export class RedisStore implements LockStore {
     const joins = liveness > 0 ? '1' : '0';
     const flags = [fair ? '1' : '0', joins, inLine ? '1' : '0'];
     const rest = [...flags, Math.ceil(liveness), this.handoverLease, this.channelOf(kind, id)];
-    const [fence, retryIn] = (await this.runScript(script, id, this.keysOf(kind, id), [...args, ...rest])) as [
-      number,
-      number,
-    ];
-    return { fence: Number(fence), retryIn: Number(retryIn) };
+    const [fence, retryIn, lastFence] = (await this.runScript(script, id, this.keysOf(kind, id), [
+      ...args,
+      ...rest,
+    ])) as [number, number, string | undefined];
+    return { fence: Number(fence), retryIn: Number(retryIn), lastFence: Number(lastFence ?? 0) };
   }
 
   /** `<prefix>{<key>}` for a lock, `<prefix>sem:{<name>}` for a semaphore (see the class comment for braces). */

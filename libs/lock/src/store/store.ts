@@ -130,6 +130,11 @@ export interface Attempt {
   fence: number;
   /** Not granted: ms the holder's lease (the first permit's) still runs by itself; ≤ 0 unknown. */
   retryIn: number;
+  /**
+   * Not granted: the last fence the lock or semaphore issued when this attempt ran (0 if unknown). A
+   * handover message whose fence is above it came after this attempt; one at or below it is stale.
+   */
+  lastFence?: number;
 }
 
 /** One lease to renew: which lock or semaphore, whose, for how long. */

@@ -1,0 +1,139 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { LockStore, RedisStore } from 'nest-lock';
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { createInterface } from 'node:readline';
+import { setTimeout as delay } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
+import { DelayProxy } from './support/delay-proxy.js';
+import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
+import { RedisServer } from './support/redis-server.js';
+
+/**
+ * Regression tests for the second adversarial review (of fair waiting and handover): each failed on
+ * the code before its fix.
+ */
+describe('handover at the edges', () => {
+  let server: RedisServer;
+  let app: LockApp;
+  let redis: Redis;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+    app = await bootLockModule({ redis: server.url });
+    redis = new Redis(server.url);
+  });
+  afterAll(async () => {
+    redis.disconnect();
+    await closeLockApp(app);
+    await server.stop();
+  });
+
+  const store = () => app.module.get<RedisStore>(LockStore);
+
+  it('a handover message read after its lease ran out (and another waiter took the lock) is not taken as a lease', async () => {
+    const key = uniqueKey('stale-handover');
+    const script = fileURLToPath(new URL('./support/workers/hand-over-then-wait.mjs', import.meta.url));
+    const child = spawn(process.execPath, [script, server.url, key], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const events: Record<string, unknown>[] = [];
+    const arrived = new Map<string, () => void>();
+    createInterface({ input: child.stdout }).on('line', (line) => {
+      const event = JSON.parse(line) as Record<string, unknown>;
+      events.push(event);
+      arrived.get(String(event.event))?.();
+    });
+    const eventOf = async (name: string) => {
+      if (!events.some((event) => event.event === name))
+        await new Promise<void>((resolve) => arrived.set(name, resolve));
+      return events.find((event) => event.event === name)!;
+    };
+    const line = store().keysOf('lock', key)[2];
+    try {
+      await eventOf('held');
+      const waiter = app.locks.lock(key, { ttl: 10_000, step: 20, maxStep: 300, timeout: 20_000 });
+      while ((await redis.zcard(line)) < 1) await delay(5);
+      child.stdin.write('B\n');
+      while ((await redis.zcard(line)) < 2) await delay(5);
+      child.stdin.write('go\n');
+      // This process stalls (a long GC pause, a CPU-bound callback) past the handover lease: the
+      // lease handed to the waiter runs out, B takes the lock, and only then is the message read.
+      setImmediate(() => busyWait(store().handoverLease + 500));
+
+      const lock = await waiter;
+
+      expect(await redis.get(store().keysOf('lock', key)[0])).toBe(lock.token);
+      const next = await eventOf('B holds');
+      expect(lock.fence).toBeGreaterThan(Number(next.fence));
+      await lock.unlock();
+    } finally {
+      child.kill();
+      await once(child, 'exit').catch(() => undefined);
+    }
+  }, 20_000);
+
+  it('a handed-over lease whose first renewal timed out is renewed again within its short handover lease', async () => {
+    const proxy = await DelayProxy.start(server.port);
+    const slowApp = await bootLockModule({ redis: proxy.url, commandTimeout: 200 });
+    try {
+      const key = uniqueKey('handed-renewal');
+      const holder = await app.locks.lock(key);
+      let lost: unknown = null;
+      const routine = slowApp.locks.withLock(
+        key,
+        async (lock) => {
+          lock.signal.addEventListener('abort', () => {
+            lost = lock.signal.reason as unknown;
+          });
+          // One blip right when the first renewal of the handover lease (1 s here) goes out: its reply is late.
+          await proxy.setReplyDelay(300);
+          await delay(250);
+          await proxy.setReplyDelay(0);
+          await delay(2_500);
+          return lock.validity;
+        },
+        { ttl: 30_000, timeout: 10_000 },
+      );
+      await delay(300);
+      await holder.unlock();
+
+      const validity = await routine;
+
+      expect(lost).toBeNull();
+      expect(validity).toBeGreaterThan(10_000);
+    } finally {
+      await closeLockApp(slowApp);
+      await proxy.stop();
+    }
+  }, 15_000);
+
+  it('permits handed to waiters ahead by an attempt that is not granted move the expiry of the set', async () => {
+    const name = uniqueKey('handed-permit');
+    const permits = store().keysOf('semaphore', name)[0];
+    const waits = { fair: true, liveness: 10_000, inLine: false };
+    // C holds a permit for 700 ms; D one for 100 ms (and vanishes); W, then X wait in line.
+    expect((await store().acquirePermit(name, 'C', 2, 700, waits)).fence).toBeGreaterThan(0);
+    expect((await store().acquirePermit(name, 'D', 2, 100, waits)).fence).toBeGreaterThan(0);
+    expect((await store().acquirePermit(name, 'W', 2, 10_000, waits)).fence).toBe(0);
+    expect((await store().acquirePermit(name, 'X', 2, 10_000, waits)).fence).toBe(0);
+    await delay(150);
+    // X looks again: D's permit is free, and it goes to W, ahead of X in line.
+    expect((await store().acquirePermit(name, 'X', 2, 10_000, { ...waits, inLine: true })).fence).toBe(0);
+    expect(await redis.zscore(permits, 'W')).not.toBeNull();
+
+    // C's permit runs out: the set, with W's permit in it, must outlive it.
+    await delay(650);
+    expect(await redis.zscore(permits, 'W')).not.toBeNull();
+    expect(
+      (await store().acquirePermit(name, 'Y', 2, 10_000, { fair: false, liveness: 0, inLine: false })).fence,
+    ).toBeGreaterThan(0);
+    expect((await store().acquirePermit(name, 'Z', 2, 10_000, { fair: false, liveness: 0, inLine: false })).fence).toBe(
+      0,
+    );
+  });
+});
+
+function busyWait(ms: number): void {
+  const end = performance.now() + ms;
+  while (performance.now() < end);
+}
