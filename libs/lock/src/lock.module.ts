@@ -1,5 +1,6 @@
-import { type DynamicModule, Inject, Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { Watchdog } from './lease/watchdog.js';
+import { createLockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS, type OPTIONS_TYPE } from './lock.module-definition.js';
 import {
@@ -15,8 +16,6 @@ import { connectModuleClient } from './store/redis-client.js';
 import { RedisStore } from './store/redis.store.js';
 import { LockStore } from './store/store.js';
 
-const logger = new Logger('LockModule');
-
 /** How long a shutdown waits for locked routines in flight to finish and release. */
 const SHUTDOWN_GRACE_MS = 5_000;
 
@@ -30,7 +29,8 @@ const SHUTDOWN_GRACE_MS = 5_000;
     { provide: LockStore, useFactory: createStore, inject: [LOCK_OPTIONS] },
     {
       provide: Watchdog,
-      useFactory: (store: LockStore, options: ResolvedModuleOptions) => new Watchdog(store, options.onLockLost),
+      useFactory: (store: LockStore, options: ResolvedModuleOptions) =>
+        new Watchdog(store, options.onLockLost, createLockLogger(options.logger, 'nest-lock')),
       inject: [LockStore, LOCK_OPTIONS],
     },
     LockService,
@@ -64,7 +64,14 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
   }
 }
 
-async function createStore({ redis, store, keyPrefix, commandTimeout }: ResolvedModuleOptions): Promise<LockStore> {
+async function createStore({
+  redis,
+  store,
+  keyPrefix,
+  commandTimeout,
+  logger: loggerOption,
+}: ResolvedModuleOptions): Promise<LockStore> {
+  const logger = createLockLogger(loggerOption, 'LockModule');
   if (redis === undefined) {
     if (store !== 'memory') {
       logger.warn(

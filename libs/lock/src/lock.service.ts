@@ -1,9 +1,10 @@
-import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { acquireLease } from './lease/acquire-lease.js';
 import { HeldLease, type KeepPolicy, keepPolicy } from './lease/held-lease.js';
 import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
 import { Watchdog } from './lease/watchdog.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
+import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { LockTimeoutError } from './lock.errors.js';
 import {
@@ -15,8 +16,6 @@ import {
   validateRoutine,
 } from './lock.options.js';
 import { type LockInspection, LockStore } from './store/store.js';
-
-const logger = new Logger('LockService');
 
 /** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Lock {
@@ -45,11 +44,14 @@ export interface Lock {
 
 @Injectable()
 export class LockService implements OnModuleDestroy {
+  private readonly logger: LockLogger;
+
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
     @Inject(Watchdog) private readonly watchdog: Watchdog,
   ) {
+    this.logger = createLockLogger(options.logger, 'LockService');
     // Lets decorated methods of instances Nest built by a factory find this service.
     registerLiveService(LockService, this);
   }
@@ -145,7 +147,7 @@ export class LockService implements OnModuleDestroy {
   async forceUnlock(key: string): Promise<boolean> {
     validateKey('key', key);
     const released = await this.store.forceReleaseLock(key);
-    logger.warn(
+    this.logger.warn(
       released
         ? `forceUnlock("${key}"): an operator released the lock, whoever held it`
         : `forceUnlock("${key}"): the lock was not held, nothing released`,

@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import { Redis, type RedisOptions } from 'ioredis';
 
 /**
@@ -16,7 +15,10 @@ const MODULE_CLIENT_DEFAULTS: RedisOptions = {
 };
 
 /** Opens the module's own client and logs each outage once rather than every reconnect attempt. */
-export async function connectModuleClient(redis: string | RedisOptions, logger: Logger): Promise<Redis> {
+export async function connectModuleClient(
+  redis: string | RedisOptions,
+  logger: { log(message: string): void; warn(message: string): void },
+): Promise<Redis> {
   const client =
     typeof redis === 'string'
       ? new Redis(redis, MODULE_CLIENT_DEFAULTS)
