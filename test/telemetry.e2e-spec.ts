@@ -224,14 +224,14 @@ describe('OpenTelemetry', () => {
   });
 });
 
-describe('without @opentelemetry/api installed', () => {
-  it('nest-lock starts and locks, measuring nothing', async () => {
-    // A child process running the built package, where resolving '@opentelemetry/api' fails as if it were absent.
+describe('without the optional peers installed (@opentelemetry/api, @nestjs/terminus)', () => {
+  it('the main entry starts and locks, measuring nothing and never loading terminus', async () => {
+    // A child process running the built package, where resolving either fails as if it were not installed.
     const { stdout } = await promisify(execFile)(
       process.execPath,
-      ['--import', './test/support/without-opentelemetry.mjs', './test/support/workers/lock-once.mjs'],
+      ['--import', './test/support/without-optional-peers.mjs', './test/support/workers/lock-once.mjs'],
       { timeout: 20_000 },
     );
-    expect(stdout.trim()).toBe('locked without @opentelemetry/api');
+    expect(stdout.trim()).toBe('locked without @opentelemetry/api, without @nestjs/terminus');
   });
 });
