@@ -16,6 +16,7 @@ export default {
   modulePathIgnorePatterns: ['<rootDir>/dist/', '<rootDir>/libs/lock/dist/'],
   moduleNameMapper: {
     '^nest-lock$': '<rootDir>/libs/lock/src/index.ts',
+    '^nest-lock/terminus$': '<rootDir>/libs/lock/src/terminus/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
   // Child processes (workers, demo instances) run the built code, as a user's app would.

@@ -28,7 +28,10 @@ function compileSnippets(snippets: string[]): string[] {
     strict: true,
     exactOptionalPropertyTypes: true,
     noEmit: true,
-    paths: { 'nest-lock': ['./libs/lock/dist/index.d.ts'] },
+    paths: {
+      'nest-lock': ['./libs/lock/dist/index.d.ts'],
+      'nest-lock/terminus': ['./libs/lock/dist/terminus/index.d.ts'],
+    },
   };
   const files = new Map(snippets.map((text, index) => [join(root, `readme-snippet-${index + 1}.ts`), text]));
   const base = ts.createCompilerHost(compilerOptions);

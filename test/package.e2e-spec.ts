@@ -72,6 +72,10 @@ describe('the npm tarball of nest-lock', () => {
         require: { types: './dist/cjs/index.d.ts', default: './dist/cjs/index.js' },
       },
       './package.json': './package.json',
+      './terminus': {
+        import: { types: './dist/terminus/index.d.ts', default: './dist/terminus/index.js' },
+        require: { types: './dist/cjs/terminus/index.d.ts', default: './dist/cjs/terminus/index.js' },
+      },
     });
     expect(JSON.parse(readFileSync(join(library, 'dist/cjs/package.json'), 'utf8'))).toEqual({ type: 'commonjs' });
   });

@@ -1,6 +1,8 @@
-import { type DynamicModule, Inject, Logger, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { Watchdog } from './lease/watchdog.js';
+import { createLockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
+import type { LockLostError } from './lock.errors.js';
 import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS, type OPTIONS_TYPE } from './lock.module-definition.js';
 import {
   isRedisClient,
@@ -14,8 +16,7 @@ import { MemoryStore } from './store/memory.store.js';
 import { connectModuleClient } from './store/redis-client.js';
 import { RedisStore } from './store/redis.store.js';
 import { LockStore } from './store/store.js';
-
-const logger = new Logger('LockModule');
+import { LockTelemetry } from './telemetry.js';
 
 /** How long a shutdown waits for locked routines in flight to finish and release. */
 const SHUTDOWN_GRACE_MS = 5_000;
@@ -30,9 +31,18 @@ const SHUTDOWN_GRACE_MS = 5_000;
     { provide: LockStore, useFactory: createStore, inject: [LOCK_OPTIONS] },
     {
       provide: Watchdog,
-      useFactory: (store: LockStore, options: ResolvedModuleOptions) => new Watchdog(store, options.onLockLost),
-      inject: [LockStore, LOCK_OPTIONS],
+      useFactory: (store: LockStore, options: ResolvedModuleOptions, telemetry: LockTelemetry) => {
+        const { onLockLost } = options;
+        // What the user's hook returns goes back to the watchdog, which catches a rejection.
+        const reportLost = (error: LockLostError): unknown => {
+          telemetry.leaseLost(error);
+          return onLockLost?.(error);
+        };
+        return new Watchdog(store, reportLost, createLockLogger(options.logger, 'nest-lock'));
+      },
+      inject: [LockStore, LOCK_OPTIONS, LockTelemetry],
     },
+    { provide: LockTelemetry, useFactory: () => LockTelemetry.create() },
     LockService,
     SemaphoreService,
   ],
@@ -64,7 +74,14 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
   }
 }
 
-async function createStore({ redis, store, keyPrefix, commandTimeout }: ResolvedModuleOptions): Promise<LockStore> {
+async function createStore({
+  redis,
+  store,
+  keyPrefix,
+  commandTimeout,
+  logger: loggerOption,
+}: ResolvedModuleOptions): Promise<LockStore> {
+  const logger = createLockLogger(loggerOption, 'LockModule');
   if (redis === undefined) {
     if (store !== 'memory') {
       logger.warn(

@@ -1,4 +1,4 @@
-import type { ExecutionContext } from '@nestjs/common';
+import type { ExecutionContext, LoggerService } from '@nestjs/common';
 import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { InvalidArgumentError, type LockError, type LockLostError } from './lock.errors.js';
 
@@ -92,6 +92,13 @@ export interface LockModuleOptions {
    * returns the body to send. The status and `Retry-After` stay as they are.
    */
   errorBody?: (body: LockErrorBody, error: LockError, context: ExecutionContext) => object | string;
+  /**
+   * Where nest-lock writes what it logs (the memory-store notice, Redis outages and recoveries,
+   * lost leases, failed releases, a throwing `onLockLost`, `forceUnlock`): a Nest `LoggerService`,
+   * called with nest-lock's context as its last argument, or `false` to log nothing. Default:
+   * Nest's `Logger`, which follows the application's logger.
+   */
+  logger?: LoggerService | false;
 }
 
 /** The default JSON body of an answer `LockInterceptor` gives for a decorator's error. */
@@ -141,6 +148,7 @@ export interface ResolvedModuleOptions {
   onLockLost?: (error: LockLostError) => void;
   retryAfter: number;
   errorBody?: LockModuleOptions['errorBody'];
+  logger?: LockModuleOptions['logger'];
 }
 
 const MODULE_OPTION_NAMES = new Set([
@@ -152,6 +160,7 @@ const MODULE_OPTION_NAMES = new Set([
   'onLockLost',
   'retryAfter',
   'errorBody',
+  'logger',
 ]);
 const DEFAULTS_OPTION_NAMES = new Set([...Object.keys(DEFAULT_LEASE), 'autoExtend', 'fair']);
 /** The option names each kind of call accepts; anything else is a misspelling and refused. */
@@ -174,6 +183,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     onLockLost,
     retryAfter = DEFAULT_RETRY_AFTER_SECONDS,
     errorBody,
+    logger,
   } = options;
 
   if (redis !== undefined) {
@@ -194,6 +204,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   if (errorBody !== undefined && typeof errorBody !== 'function') {
     throw new InvalidArgumentError('errorBody', `must be a function, got ${describe(errorBody)}`);
   }
+  validateLogger(logger);
   return {
     redis,
     ...(store === undefined ? {} : { store }),
@@ -207,7 +218,23 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     ...(onLockLost ? { onLockLost } : {}),
     retryAfter: validateRetryAfter(retryAfter),
     ...(errorBody ? { errorBody } : {}),
+    ...(logger === undefined ? {} : { logger }),
   };
+}
+
+/** `false`, or an object with the methods every Nest `LoggerService` has. */
+function validateLogger(logger: unknown): void {
+  if (logger === undefined || logger === false) return;
+  const isLoggerService =
+    typeof logger === 'object' &&
+    logger !== null &&
+    ['log', 'warn', 'error'].every((method) => typeof (logger as Record<string, unknown>)[method] === 'function');
+  if (!isLoggerService) {
+    throw new InvalidArgumentError(
+      'logger',
+      `must be a Nest LoggerService (with log, warn and error methods) or false, got ${describe(logger)}`,
+    );
+  }
 }
 
 /**

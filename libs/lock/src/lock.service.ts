@@ -1,9 +1,10 @@
-import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { acquireLease } from './lease/acquire-lease.js';
-import { HeldLease, type KeepPolicy, keepPolicy } from './lease/held-lease.js';
+import { HeldLease, type KeepPolicy, keepPolicy, type LeaseGrant } from './lease/held-lease.js';
 import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
 import { Watchdog } from './lease/watchdog.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
+import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { LockTimeoutError } from './lock.errors.js';
 import {
@@ -15,8 +16,7 @@ import {
   validateRoutine,
 } from './lock.options.js';
 import { type LockInspection, LockStore } from './store/store.js';
-
-const logger = new Logger('LockService');
+import { type HoldTimer, LockTelemetry } from './telemetry.js';
 
 /** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Lock {
@@ -45,11 +45,15 @@ export interface Lock {
 
 @Injectable()
 export class LockService implements OnModuleDestroy {
+  private readonly logger: LockLogger;
+
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
     @Inject(Watchdog) private readonly watchdog: Watchdog,
+    @Inject(LockTelemetry) private readonly telemetry: LockTelemetry,
   ) {
+    this.logger = createLockLogger(options.logger, 'LockService');
     // Lets decorated methods of instances Nest built by a factory find this service.
     registerLiveService(LockService, this);
   }
@@ -145,7 +149,7 @@ export class LockService implements OnModuleDestroy {
   async forceUnlock(key: string): Promise<boolean> {
     validateKey('key', key);
     const released = await this.store.forceReleaseLock(key);
-    logger.warn(
+    this.logger.warn(
       released
         ? `forceUnlock("${key}"): an operator released the lock, whoever held it`
         : `forceUnlock("${key}"): the lock was not held, nothing released`,
@@ -167,25 +171,45 @@ export class LockService implements OnModuleDestroy {
     validateKey('key', key);
     // A release of an earlier lease under the caller's own token must not be retried into this one.
     if (options.token !== undefined) this.watchdog.forgetRelease({ kind: 'lock', id: key, token: options.token });
-    const grant = await acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
-      kind: 'lock',
-      id: key,
-      options,
-      attempt: (token, ttl, attempt) => this.store.acquireLock(key, token, ttl, attempt),
-      release: (token) => this.store.releaseLock(key, token),
-    });
+    const grant = await this.telemetry.observeAcquire('lock', key, () =>
+      acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
+        kind: 'lock',
+        id: key,
+        options,
+        attempt: (token, ttl, attempt) => this.store.acquireLock(key, token, ttl, attempt),
+        release: (token) => this.store.releaseLock(key, token),
+      }),
+    );
     if (!('token' in grant)) return grant;
-    return new HeldLock('lock', key, grant, this.store, this.watchdog, keep);
+    const hold = this.telemetry.startHold('lock');
+    return new HeldLock(key, grant, this.store, this.watchdog, keep, hold);
   }
 }
 
 export class HeldLock extends HeldLease implements Lock {
+  constructor(
+    key: string,
+    grant: LeaseGrant,
+    store: LockStore,
+    watchdog: Watchdog,
+    keep: KeepPolicy,
+    /** Records the hold time when the lock is released. */
+    private readonly hold: HoldTimer,
+  ) {
+    super('lock', key, grant, store, watchdog, keep);
+  }
+
   get key(): string {
     return this.id;
   }
 
   unlock(): Promise<boolean> {
     return this.release();
+  }
+
+  override release(): Promise<boolean> {
+    this.hold.end();
+    return super.release();
   }
 }
 

@@ -1,6 +1,6 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { acquireLease } from './lease/acquire-lease.js';
-import { HeldLease, type KeepPolicy, keepPolicy } from './lease/held-lease.js';
+import { HeldLease, type KeepPolicy, keepPolicy, type LeaseGrant } from './lease/held-lease.js';
 import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
 import { Watchdog } from './lease/watchdog.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
@@ -18,6 +18,7 @@ import {
   validateRoutine,
 } from './lock.options.js';
 import { LockStore } from './store/store.js';
+import { type HoldTimer, LockTelemetry } from './telemetry.js';
 
 /** A held permit of a semaphore. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Permit {
@@ -58,6 +59,7 @@ export class SemaphoreService implements OnModuleDestroy {
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
     @Inject(Watchdog) private readonly watchdog: Watchdog,
+    @Inject(LockTelemetry) private readonly telemetry: LockTelemetry,
   ) {
     // Lets decorated methods of instances Nest built by a factory find this service.
     registerLiveService(SemaphoreService, this);
@@ -212,21 +214,41 @@ export class SemaphoreService implements OnModuleDestroy {
   ): Promise<HeldPermit | { waited: number }> {
     validateKey('name', name);
     validateLimit(limit);
-    const grant = await acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
-      kind: 'semaphore',
-      id: name,
-      options,
-      attempt: (token, ttl, attempt) => this.store.acquirePermit(name, token, limit, ttl, attempt),
-      release: (token) => this.store.releasePermit(name, token),
-    });
+    const grant = await this.telemetry.observeAcquire('semaphore', name, () =>
+      acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
+        kind: 'semaphore',
+        id: name,
+        options,
+        attempt: (token, ttl, attempt) => this.store.acquirePermit(name, token, limit, ttl, attempt),
+        release: (token) => this.store.releasePermit(name, token),
+      }),
+    );
     if (!('token' in grant)) return grant;
-    return new HeldPermit('semaphore', name, grant, this.store, this.watchdog, keep);
+    const hold = this.telemetry.startHold('semaphore');
+    return new HeldPermit(name, grant, this.store, this.watchdog, keep, hold);
   }
 }
 
 export class HeldPermit extends HeldLease implements Permit {
+  constructor(
+    name: string,
+    grant: LeaseGrant,
+    store: LockStore,
+    watchdog: Watchdog,
+    keep: KeepPolicy,
+    /** Records the hold time when the permit is released. */
+    private readonly hold: HoldTimer,
+  ) {
+    super('semaphore', name, grant, store, watchdog, keep);
+  }
+
   get name(): string {
     return this.id;
+  }
+
+  override release(): Promise<boolean> {
+    this.hold.end();
+    return super.release();
   }
 }
 

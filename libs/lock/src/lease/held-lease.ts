@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
 import { duration } from '../lock.options.js';
 import type { LeaseKind, LockStore } from '../store/store.js';
@@ -26,13 +25,6 @@ export interface KeepPolicy {
   autoExtend: boolean;
   /** Log the loss and tell `onLockLost`: the lease was renewed, or a scope (`withLock`, …) still holds it. */
   reportLoss: boolean;
-}
-
-const logger = new Logger('nest-lock');
-
-/** A failed release is logged, never thrown over the caller's result or error: the lease runs out on its own. */
-export function warnReleaseFailed(subject: string, error: unknown): void {
-  logger.warn(`Could not release ${subject} (${errorMessage(error)}); its lease will expire on its own`);
 }
 
 /**
@@ -219,7 +211,14 @@ export class HeldLease {
 
   /** Releases, logging a failure instead of throwing it (`withLock`, `withPermit`, `await using`). */
   async releaseQuietly(): Promise<void> {
-    await this.release().catch((error: unknown) => warnReleaseFailed(this.subject, error));
+    await this.release().catch((error: unknown) => this.warnReleaseFailed(error));
+  }
+
+  /** A failed release is logged, never thrown over the caller's result or error: the lease runs out on its own. */
+  warnReleaseFailed(error: unknown): void {
+    this.watchdog.logger.warn(
+      `Could not release ${this.subject} (${errorMessage(error)}); its lease will expire on its own`,
+    );
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
@@ -281,6 +280,6 @@ export class LeaseShare {
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
-    await this.leave().catch((error: unknown) => warnReleaseFailed(this.lease.subject, error));
+    await this.leave().catch((error: unknown) => this.lease.warnReleaseFailed(error));
   }
 }

@@ -1,10 +1,7 @@
-import { Logger } from '@nestjs/common';
 import { errorMessage, LockBackendError, type LockLostError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../lock.options.js';
 import type { LeaseRenewal, LockStore } from '../store/store.js';
 import type { HeldLease } from './held-lease.js';
-
-const logger = new Logger('nest-lock');
 
 /**
  * Keeps the leases a process holds: renews those with `autoExtend` every `ttl / 3` by
@@ -26,7 +23,9 @@ export class Watchdog {
 
   constructor(
     private readonly store: LockStore,
-    private readonly onLockLost?: (error: LockLostError) => void,
+    private readonly onLockLost: ((error: LockLostError) => void) | undefined,
+    /** Where losses, failed releases and a throwing hook are reported (the module's `logger` option). */
+    readonly logger: { warn(message: string): void },
   ) {}
 
   track(lease: HeldLease): void {
@@ -43,13 +42,13 @@ export class Watchdog {
 
   /** Logs a lost lease once and tells the module's `onLockLost` hook; neither ever throws. */
   reportLost(error: LockLostError): void {
-    logger.warn(error.message);
+    this.logger.warn(error.message);
     if (!this.onLockLost) return;
     try {
       const answer: unknown = this.onLockLost(error);
-      if (answer instanceof Promise) answer.catch(warnHookFailed);
+      if (answer instanceof Promise) answer.catch((hookError: unknown) => this.warnHookFailed(hookError));
     } catch (hookError) {
-      warnHookFailed(hookError);
+      this.warnHookFailed(hookError);
     }
   }
 
@@ -116,6 +115,10 @@ export class Watchdog {
       clearTimeout(retrying.timer);
     }
     this.releaseRetries.clear();
+  }
+
+  private warnHookFailed(error: unknown): void {
+    this.logger.warn(`onLockLost threw: ${errorMessage(error)}`);
   }
 
   private schedule(due: number): void {
@@ -187,10 +190,6 @@ function nextEventOf(lease: HeldLease): number {
 /** Renewed: with `autoExtend`, or once to extend a lease handed over for a short while. */
 function renews(lease: HeldLease): boolean {
   return lease.policy.autoExtend || lease.mustExtend;
-}
-
-function warnHookFailed(error: unknown): void {
-  logger.warn(`onLockLost threw: ${errorMessage(error)}`);
 }
 
 function retryKeyOf({ kind, id, token }: Omit<LeaseRenewal, 'ttl'>): string {

@@ -1,4 +1,3 @@
-import { Logger } from '@nestjs/common';
 import type { Redis, RedisOptions } from 'ioredis';
 import { InvalidArgumentError } from '../lock.errors.js';
 
@@ -33,7 +32,10 @@ async function loadRedisClass(): Promise<typeof Redis> {
 }
 
 /** Opens the module's own client and logs each outage once rather than every reconnect attempt. */
-export async function connectModuleClient(redis: string | RedisOptions, logger: Logger): Promise<Redis> {
+export async function connectModuleClient(
+  redis: string | RedisOptions,
+  logger: { log(message: string): void; warn(message: string): void },
+): Promise<Redis> {
   const RedisClient = await loadRedisClass();
   const client =
     typeof redis === 'string'

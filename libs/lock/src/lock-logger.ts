@@ -1,0 +1,23 @@
+import { Logger, type LoggerService } from '@nestjs/common';
+
+/** What nest-lock writes to its log: notices and warnings, each under the context it was created with. */
+export interface LockLogger {
+  log(message: string): void;
+  warn(message: string): void;
+}
+
+const SILENT: LockLogger = { log: () => undefined, warn: () => undefined };
+
+/**
+ * The module's `logger` option as nest-lock uses it: Nest's own `Logger` when none was given (so
+ * the application's logger settings apply), the user's `LoggerService` with `context` passed as
+ * Nest passes it (last argument), or nothing at all with `false`.
+ */
+export function createLockLogger(option: LoggerService | false | undefined, context: string): LockLogger {
+  if (option === false) return SILENT;
+  if (option === undefined) return new Logger(context);
+  return {
+    log: (message) => void option.log(message, context),
+    warn: (message) => void option.warn(message, context),
+  };
+}

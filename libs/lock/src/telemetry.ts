@@ -1,0 +1,137 @@
+import type { Attributes, Counter, Histogram, Span, Tracer, UpDownCounter } from '@opentelemetry/api';
+import type { LeaseGrant } from './lease/held-lease.js';
+import { errorMessage, type LockLostError } from './lock.errors.js';
+import type { LeaseKind } from './store/store.js';
+
+type OpenTelemetryApi = typeof import('@opentelemetry/api');
+
+/**
+ * `@opentelemetry/api` is an optional peer: asked for once, when this module loads, and without
+ * it every measurement below is a no-op. A dynamic import, so that the CommonJS and the ESM builds
+ * both load it, and an application without it never fails to start.
+ */
+const openTelemetry: Promise<OpenTelemetryApi | undefined> = import('@opentelemetry/api').then(
+  (api) => api,
+  () => undefined,
+);
+
+/** The name of nest-lock's meter and tracer. */
+export const INSTRUMENTATION_NAME = 'nest-lock';
+export const ACQUIRE_SPAN_NAME = 'nest-lock.acquire';
+
+interface Instruments {
+  api: OpenTelemetryApi;
+  tracer: Tracer;
+  waitDuration: Histogram;
+  holdDuration: Histogram;
+  timeouts: Counter;
+  lostLeases: Counter;
+  waiters: UpDownCounter;
+}
+
+type AcquireOutcome = 'acquired' | 'timeout' | 'error';
+
+/** Ends the hold time of one lease; only the first call counts. */
+export interface HoldTimer {
+  end(): void;
+}
+
+const UNTIMED: HoldTimer = { end: () => undefined };
+
+/**
+ * nest-lock's metrics and spans (see "Observability" in docs/API.md). The instruments are made
+ * when the module starts, from the meter provider registered then: OpenTelemetry's metrics API
+ * does not forward to a provider registered later, so the SDK must start before the application.
+ */
+export class LockTelemetry {
+  private constructor(private readonly instruments: Instruments | undefined) {}
+
+  static async create(): Promise<LockTelemetry> {
+    const api = await openTelemetry;
+    if (api === undefined) return new LockTelemetry(undefined);
+    const meter = api.metrics.getMeter(INSTRUMENTATION_NAME);
+    return new LockTelemetry({
+      api,
+      tracer: api.trace.getTracer(INSTRUMENTATION_NAME),
+      waitDuration: meter.createHistogram('nest_lock.wait.duration', {
+        description: 'Time a caller waited for a lock or permit, whatever came of it',
+        unit: 'ms',
+      }),
+      holdDuration: meter.createHistogram('nest_lock.hold.duration', {
+        description: 'Time a lock or permit was held, from its grant to its release',
+        unit: 'ms',
+      }),
+      timeouts: meter.createCounter('nest_lock.timeouts', {
+        description: 'Waits for a lock or permit that ended without one when their timeout passed',
+        unit: '{timeout}',
+      }),
+      lostLeases: meter.createCounter('nest_lock.leases.lost', {
+        description: 'Leases lost while renewed or held by a scope (the ones onLockLost is told about)',
+        unit: '{lease}',
+      }),
+      waiters: meter.createUpDownCounter('nest_lock.waiters', {
+        description: 'Callers of this process waiting for a lock or permit right now',
+        unit: '{waiter}',
+      }),
+    });
+  }
+
+  /**
+   * Runs one acquisition (`acquire`) inside a `nest-lock.acquire` span, counted as a waiter
+   * meanwhile; records its wait time and outcome, and counts a timeout.
+   */
+  async observeAcquire<Result extends LeaseGrant | { waited: number }>(
+    kind: LeaseKind,
+    id: string,
+    acquire: () => Promise<Result>,
+  ): Promise<Result> {
+    if (this.instruments === undefined) return acquire();
+    const { api, tracer, waiters } = this.instruments;
+    const kindOnly: Attributes = { 'nest_lock.kind': kind };
+    const start = performance.now();
+    waiters.add(1, kindOnly);
+    const attributes: Attributes = { 'nest_lock.kind': kind, 'nest_lock.key': id };
+    return tracer.startActiveSpan(ACQUIRE_SPAN_NAME, { attributes }, async (span) => {
+      try {
+        const result = await acquire();
+        if ('token' in result) this.acquireEnded(span, kind, 'acquired', result.elapsed);
+        else this.acquireEnded(span, kind, 'timeout', result.waited);
+        return result;
+      } catch (error) {
+        this.acquireEnded(span, kind, 'error', performance.now() - start);
+        span.recordException(error instanceof Error ? error : String(error));
+        span.setStatus({ code: api.SpanStatusCode.ERROR, message: errorMessage(error) });
+        throw error;
+      } finally {
+        waiters.add(-1, kindOnly);
+        span.end();
+      }
+    });
+  }
+
+  /** Starts the hold time of a lease just granted; it is recorded when the lease is released. */
+  startHold(kind: LeaseKind): HoldTimer {
+    if (this.instruments === undefined) return UNTIMED;
+    const { holdDuration } = this.instruments;
+    const start = performance.now();
+    let ended = false;
+    return {
+      end: () => {
+        if (ended) return;
+        ended = true;
+        holdDuration.record(performance.now() - start, { 'nest_lock.kind': kind });
+      },
+    };
+  }
+
+  leaseLost(error: LockLostError): void {
+    this.instruments?.lostLeases.add(1, { 'nest_lock.kind': error.kind, 'nest_lock.reason': error.reason });
+  }
+
+  private acquireEnded(span: Span, kind: LeaseKind, outcome: AcquireOutcome, waited: number): void {
+    const { waitDuration, timeouts } = this.instruments!;
+    waitDuration.record(waited, { 'nest_lock.kind': kind, 'nest_lock.outcome': outcome });
+    if (outcome === 'timeout') timeouts.add(1, { 'nest_lock.kind': kind });
+    span.setAttributes({ 'nest_lock.outcome': outcome, 'nest_lock.waited_ms': Math.round(waited) });
+  }
+}

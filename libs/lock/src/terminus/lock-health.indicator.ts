@@ -1,0 +1,36 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { errorMessage, LockError } from '../lock.errors.js';
+import { LockStore } from '../store/store.js';
+
+/** The lock the probe reads (never takes): one read of an ordinary key is a round trip like any lock call's. */
+const PROBE_KEY = 'health-check';
+
+/**
+ * A `@nestjs/terminus` health indicator for the store behind `LockModule`: add it to the providers
+ * of the module that imports `TerminusModule` (`LockModule` must be imported in the application).
+ */
+@Injectable()
+export class LockHealthIndicator {
+  constructor(
+    @Inject(HealthIndicatorService) private readonly health: HealthIndicatorService,
+    @Inject(LockStore) private readonly store: LockStore,
+  ) {}
+
+  /**
+   * One read through the store, bounded by the module's `commandTimeout`: `up` with `latency`,
+   * the round trip in ms; `down` with the `message` (and `code`) of the error that read met.
+   * The memory store is always up.
+   */
+  async pingCheck<const Key extends string = 'lock'>(key: Key = 'lock' as Key): Promise<HealthIndicatorResult<Key>> {
+    const indicator = this.health.check(key);
+    const start = performance.now();
+    try {
+      await this.store.isLocked(PROBE_KEY);
+    } catch (error) {
+      const code = error instanceof LockError ? error.code : 'UNKNOWN';
+      return indicator.down({ message: errorMessage(error), code });
+    }
+    return indicator.up({ latency: Math.round((performance.now() - start) * 10) / 10 });
+  }
+}

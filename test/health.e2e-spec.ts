@@ -1,0 +1,158 @@
+import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { Controller, Get, type INestApplication, Inject, Module } from '@nestjs/common';
+import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
+import { Test } from '@nestjs/testing';
+import { LockModule, type LockModuleOptions } from 'nest-lock';
+import { LockHealthIndicator } from 'nest-lock/terminus';
+import { existsSync, readFileSync } from 'node:fs';
+import type { Server } from 'node:http';
+import request from 'supertest';
+import { RedisServer } from './support/redis-server.js';
+
+@Controller('health')
+class HealthController {
+  constructor(
+    @Inject(HealthCheckService) private readonly health: HealthCheckService,
+    @Inject(LockHealthIndicator) private readonly lock: LockHealthIndicator,
+  ) {}
+
+  @Get()
+  @HealthCheck()
+  check() {
+    return this.health.check([() => this.lock.pingCheck()]);
+  }
+
+  @Get('named')
+  @HealthCheck()
+  named() {
+    return this.health.check([() => this.lock.pingCheck('redis')]);
+  }
+}
+
+@Module({
+  // Terminus logs every failed check as an error; the answer is what is tested here.
+  imports: [TerminusModule.forRoot({ logger: false })],
+  controllers: [HealthController],
+  providers: [LockHealthIndicator],
+})
+class HealthModule {}
+
+describe('LockHealthIndicator through a TerminusModule /health endpoint', () => {
+  let server: RedisServer;
+  let app: INestApplication | undefined;
+
+  async function start(options: LockModuleOptions): Promise<Server> {
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ ...options, logger: false }), HealthModule],
+    }).compile();
+    app = module.createNestApplication({ logger: false });
+    await app.init();
+    return app.getHttpServer() as Server;
+  }
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+  });
+  afterEach(async () => {
+    await app?.close();
+    app = undefined;
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  it('200 with Redis up: the lock indicator is up with the round trip in ms', async () => {
+    const http = await start({ redis: server.url });
+
+    const response = await request(http).get('/health');
+    expect(response.status).toBe(200);
+    expect(response.body).toEqual({
+      status: 'ok',
+      info: { lock: { status: 'up', latency: expect.any(Number) } },
+      error: {},
+      details: { lock: { status: 'up', latency: expect.any(Number) } },
+    });
+    const { latency } = (response.body as { info: { lock: { latency: number } } }).info.lock;
+    expect(latency).toBeGreaterThanOrEqual(0);
+    expect(latency).toBeLessThan(1_000);
+  });
+
+  it('503 with Redis stopped: down, with the reason; 200 again once it is back', async () => {
+    const http = await start({ redis: server.url, commandTimeout: 300 });
+    expect((await request(http).get('/health')).status).toBe(200);
+
+    await server.kill();
+    try {
+      const response = await request(http).get('/health');
+      expect(response.status).toBe(503);
+      expect(response.body).toEqual({
+        status: 'error',
+        info: {},
+        error: { lock: { status: 'down', message: expect.stringMatching(/^Redis /), code: 'BACKEND_UNAVAILABLE' } },
+        details: {
+          lock: { status: 'down', message: expect.stringMatching(/^Redis /), code: 'BACKEND_UNAVAILABLE' },
+        },
+      });
+    } finally {
+      await server.restart();
+    }
+
+    // The client reconnects by itself (within its 2 s back-off): the check follows.
+    let status = 0;
+    const deadline = performance.now() + 10_000;
+    while (status !== 200 && performance.now() < deadline) {
+      status = (await request(http).get('/health')).status;
+      if (status !== 200) await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect(status).toBe(200);
+  });
+
+  it('503 when Redis is frozen: the probe is bounded by commandTimeout', async () => {
+    const http = await start({ redis: server.url, commandTimeout: 300 });
+    server.pause();
+    try {
+      const started = performance.now();
+      const response = await request(http).get('/health');
+      expect(response.status).toBe(503);
+      expect(response.body).toMatchObject({
+        error: { lock: { status: 'down', message: expect.stringContaining('did not answer within 300 ms') } },
+      });
+      expect(performance.now() - started).toBeLessThan(5_000);
+    } finally {
+      server.resume();
+    }
+  });
+
+  it('pingCheck(key) reports under that key', async () => {
+    const http = await start({ redis: server.url });
+
+    const response = await request(http).get('/health/named');
+    expect(response.status).toBe(200);
+    expect(response.body).toMatchObject({ info: { redis: { status: 'up', latency: expect.any(Number) } } });
+  });
+
+  it('the memory store is up', async () => {
+    const http = await start({ store: 'memory' });
+
+    const response = await request(http).get('/health');
+    expect(response.status).toBe(200);
+    expect(response.body).toMatchObject({ status: 'ok', info: { lock: { status: 'up' } } });
+  });
+});
+
+describe('the nest-lock/terminus entry point', () => {
+  it('is built where libs/lock/package.json exports it', async () => {
+    type Target = { types: string; default: string };
+    const manifest = JSON.parse(readFileSync(new URL('../libs/lock/package.json', import.meta.url), 'utf8')) as {
+      exports: Record<string, { import: Target; require: Target }>;
+    };
+    const entry = manifest.exports['./terminus'];
+    expect(entry).toEqual({
+      import: { types: './dist/terminus/index.d.ts', default: './dist/terminus/index.js' },
+      require: { types: './dist/cjs/terminus/index.d.ts', default: './dist/cjs/terminus/index.js' },
+    });
+    for (const file of [entry.import.types, entry.import.default, entry.require.types, entry.require.default]) {
+      expect(existsSync(new URL(`../libs/lock/${file}`, import.meta.url))).toBe(true);
+    }
+  });
+});

@@ -1,0 +1,140 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { LoggerService } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { InvalidArgumentError, LockModule, type LockModuleOptions, LockService } from 'nest-lock';
+import { RedisServer } from './support/redis-server.js';
+
+/** The contexts nest-lock logs under; Nest's own lines (InstanceLoader, …) are left out. */
+const LOCK_CONTEXTS = new Set(['LockModule', 'LockService', 'nest-lock']);
+
+class RecordingLogger implements LoggerService {
+  readonly lines: { level: string; message: string; context: string }[] = [];
+  log(message: string, context: string) {
+    this.record('log', message, context);
+  }
+  warn(message: string, context: string) {
+    this.record('warn', message, context);
+  }
+  error(message: string, context: string) {
+    this.record('error', message, context);
+  }
+  /** What nest-lock wrote here, as `context: message`. */
+  get fromLock(): string[] {
+    return this.lines.filter((line) => LOCK_CONTEXTS.has(line.context)).map((l) => `${l.context}: ${l.message}`);
+  }
+  private record(level: string, message: string, context: string) {
+    this.lines.push({ level, message, context });
+  }
+}
+
+async function until(condition: () => boolean, what: string, ms = 10_000): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!condition()) {
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+describe('the logger option', () => {
+  let server: RedisServer;
+
+  beforeAll(async () => {
+    server = await RedisServer.start();
+  });
+  afterAll(async () => {
+    await server.stop();
+  });
+
+  /**
+   * Makes nest-lock log everything it logs on Redis: a forced unlock, the lease lost by it, an
+   * outage, a release that fails in it, and the recovery. Returns the application's logger.
+   */
+  async function logEverything(logger?: LockModuleOptions['logger']): Promise<RecordingLogger> {
+    const appLogger = new RecordingLogger();
+    const module = await Test.createTestingModule({
+      imports: [
+        LockModule.forRoot({ redis: server.url, commandTimeout: 300, ...(logger === undefined ? {} : { logger }) }),
+      ],
+    })
+      .setLogger(appLogger)
+      .compile();
+    const locks = module.get(LockService);
+    try {
+      await locks.withLock(
+        'forced',
+        async (lock) => {
+          await locks.forceUnlock('forced');
+          await until(() => lock.signal.aborted, 'the lease to be found lost');
+        },
+        { ttl: 300 },
+      );
+      await locks.withLock('released-in-outage', () => server.kill());
+      // The client tries to reconnect 100 ms after the drop; its failure is what is logged as the outage.
+      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      await server.restart();
+      // The client reconnects on its own; a lock taken afterwards shows that it did.
+      let reconnected = false;
+      while (!reconnected) {
+        reconnected = await locks.tryLock('after-outage').then(
+          (lock) => lock !== null,
+          () => false,
+        );
+        if (!reconnected) await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    } finally {
+      await module.close();
+    }
+    return appLogger;
+  }
+
+  /** One line of each kind, matched loosely: the wording is not the contract, the context is. */
+  const everyLine = [
+    expect.stringMatching(/^LockService: forceUnlock\("forced"\)/),
+    expect.stringMatching(/^nest-lock: The lock "forced" was lost/),
+    expect.stringMatching(/^LockModule: Redis is unreachable/),
+    expect.stringMatching(/^nest-lock: Could not release lock "released-in-outage"/),
+    expect.stringMatching(/^LockModule: Redis is reachable again/),
+  ];
+
+  it("by default goes to Nest's Logger, so the application's logger gets every line", async () => {
+    const appLogger = await logEverything();
+    expect(appLogger.fromLock).toEqual(expect.arrayContaining(everyLine));
+  });
+
+  it("a LoggerService gets every line with nest-lock's context, and the application's logger none", async () => {
+    const lockLogger = new RecordingLogger();
+    const appLogger = await logEverything(lockLogger);
+    expect(lockLogger.fromLock).toEqual(expect.arrayContaining(everyLine));
+    expect(lockLogger.lines.length).toBe(lockLogger.fromLock.length);
+    expect(appLogger.fromLock).toEqual([]);
+  });
+
+  it('false silences nest-lock, and only nest-lock', async () => {
+    const appLogger = await logEverything(false);
+    expect(appLogger.fromLock).toEqual([]);
+    // Nest's own start-up lines still reach the application's logger.
+    expect(appLogger.lines.some((line) => line.context === 'InstanceLoader')).toBe(true);
+  });
+
+  it("a LoggerService gets the memory store's start-up notice", async () => {
+    const lockLogger = new RecordingLogger();
+    const module = await Test.createTestingModule({ imports: [LockModule.forRoot({ logger: lockLogger })] }).compile();
+    await module.close();
+    expect(lockLogger.lines).toEqual([
+      { level: 'warn', message: expect.stringContaining('process-local'), context: 'LockModule' },
+    ]);
+  });
+
+  it.each([
+    ['true', true],
+    ['a string', 'console'],
+    ['null', null],
+    ['an object without warn and error', { log: () => undefined }],
+    ['a function', () => undefined],
+  ])('refuses %s with InvalidArgumentError before connecting', async (_, logger) => {
+    const options = { redis: 'redis://127.0.0.1:1', logger } as unknown as LockModuleOptions;
+    const compiling = Test.createTestingModule({ imports: [LockModule.forRoot(options)] }).compile();
+    await expect(compiling).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(compiling).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'logger' });
+  });
+});
