@@ -19,7 +19,9 @@ describe('the demo on three processes', () => {
     server = await RedisServer.start();
     for (let i = 0; i < 3; i++) {
       const port = await freePort();
-      const env = { ...process.env, PORT: String(port), REDIS_URL: server.url };
+      // A slow backend (1 s): without the lock, every request must miss before the first load fills the
+      // cache, and on a busy machine 150 requests can take longer than the default 200 ms to arrive.
+      const env = { ...process.env, PORT: String(port), REDIS_URL: server.url, BACKEND_LATENCY_MS: '1000' };
       demos.push(spawn(process.execPath, [DEMO_MAIN], { env, stdio: 'ignore' }));
       urls.push(`http://127.0.0.1:${port}`);
     }
@@ -86,6 +88,59 @@ describe('the built demo without REDIS_URL (what npm start runs)', () => {
     }
   });
 });
+
+/**
+ * What `npm start` leaves behind when it is stopped. The demo runs in its own process group, as
+ * in a terminal; `--ignore-scripts` skips the `prestart` build (the global setup built the demo,
+ * and a second build would delete `dist/` under the other test files).
+ */
+describe('npm start, stopped', () => {
+  async function startWithNpm(): Promise<ChildProcess> {
+    const port = await freePort();
+    const npm = spawn('npm', ['start', '--ignore-scripts'], {
+      cwd: root,
+      env: { ...process.env, PORT: String(port) },
+      detached: true,
+      stdio: 'ignore',
+    });
+    await waitUntilAnswering(`http://127.0.0.1:${port}`);
+    return npm;
+  }
+
+  async function expectGroupGone(group: number): Promise<void> {
+    try {
+      const deadline = Date.now() + 5_000;
+      while (groupAlive(group) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(groupAlive(group)).toBe(false);
+    } finally {
+      if (groupAlive(group)) process.kill(-group, 'SIGKILL');
+    }
+  }
+
+  it('by SIGTERM to npm alone (a process manager), ends every process it started', async () => {
+    const npm = await startWithNpm();
+    process.kill(npm.pid!, 'SIGTERM');
+
+    await expectGroupGone(npm.pid!);
+  });
+
+  it('by Ctrl-C (SIGINT to the whole process group), ends every process it started', async () => {
+    const npm = await startWithNpm();
+    process.kill(-npm.pid!, 'SIGINT');
+
+    await expectGroupGone(npm.pid!);
+  });
+});
+
+function groupAlive(group: number): boolean {
+  try {
+    process.kill(-group, 0);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ESRCH') return false;
+    throw error;
+  }
+}
 
 async function waitUntilAnswering(url: string): Promise<void> {
   const deadline = Date.now() + 20_000;
