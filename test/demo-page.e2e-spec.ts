@@ -20,7 +20,8 @@ describe('the demo page in a browser', () => {
   beforeAll(async () => {
     server = await RedisServer.start();
     const module = await Test.createTestingModule({
-      imports: [AppModule.register(readDemoConfig({ REDIS_URL: server.url }))],
+      // A slow backend (1 s): without the lock every request has missed before the first load fills the cache.
+      imports: [AppModule.register(readDemoConfig({ REDIS_URL: server.url, BACKEND_LATENCY_MS: '1000' }))],
     }).compile();
     app = module.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
@@ -35,24 +36,56 @@ describe('the demo page in a browser', () => {
     await server?.stop();
   });
 
-  async function fireAndRead(lock: 'on' | 'off'): Promise<number> {
-    await page.locator('#lock').setChecked(lock === 'on');
-    await page.locator('#fire').click();
+  const panel = (lock: 'on' | 'off') => page.locator(`#panel-${lock}`);
+  const backendCalls = async (lock: 'on' | 'off') => Number(await panel(lock).locator('.backend-calls').textContent());
+  const runsShown = () => page.locator('#history tbody tr').count();
+
+  /** Clicks `button` and waits until the history holds `runs` rows. */
+  async function fire(button: '#fire' | '#fire-both', runs: number, screenshot: string): Promise<void> {
+    await page.locator(button).click();
     await page
-      .locator('#state')
-      .filter({ hasText: `lock ${lock}` })
+      .locator('#history tbody tr')
+      .nth(runs - 1)
       .waitFor({ timeout: 20_000 });
-    await page.screenshot({ path: `${ARTIFACTS}/demo-page-lock-${lock}.png` });
-    return Number(await page.locator('#backend-calls').textContent());
+    await page.screenshot({ path: `${ARTIFACTS}/demo-page-${screenshot}.png`, fullPage: true });
   }
 
-  it('shows 1 backend call with the lock on', async () => {
-    expect(await fireAndRead('on')).toBe(1);
-    expect(await page.locator('#statuses').textContent()).toBe('100×200');
-    expect(await page.locator('#histogram rect').count()).toBeGreaterThan(0);
+  it('labels the lock switch as it stands', async () => {
+    expect(await page.locator('#lock-label').textContent()).toBe('lock on');
+    await page.locator('#lock').setChecked(false);
+    expect(await page.locator('#lock-label').textContent()).toBe('lock off');
+    await page.locator('#lock').setChecked(true);
+    expect(await page.locator('#lock-label').textContent()).toBe('lock on');
   });
 
-  it('shows more than 1 backend call with the lock off', async () => {
-    expect(await fireAndRead('off')).toBeGreaterThan(1);
+  it('shows 1 backend call with the lock on, then more than 1 with it off, side by side', async () => {
+    await page.locator('#lock').setChecked(true);
+    await fire('#fire', 1, 'lock-on');
+
+    expect(await backendCalls('on')).toBe(1);
+    expect(await panel('on').locator('.statuses').textContent()).toBe('100×200');
+    expect(await panel('on').locator('svg rect').count()).toBeGreaterThan(0);
+    expect(await panel('off').locator('.backend-calls').textContent()).toBe('–');
+
+    await page.locator('#lock').setChecked(false);
+    expect(await page.locator('#lock-label').textContent()).toBe('lock off');
+    await fire('#fire', 2, 'lock-off');
+
+    expect(await backendCalls('off')).toBeGreaterThan(1);
+    expect(await panel('off').locator('.statuses').textContent()).toBe('100×200');
+    expect(await panel('off').locator('svg rect').count()).toBeGreaterThan(0);
+    // The earlier run stays in its panel.
+    expect(await backendCalls('on')).toBe(1);
+  });
+
+  it('fires both modes at once and keeps the earlier runs in the history', async () => {
+    const before = await runsShown();
+    await fire('#fire-both', before + 2, 'both');
+
+    expect(await backendCalls('on')).toBe(1);
+    expect(await backendCalls('off')).toBeGreaterThan(1);
+    const newest = await page.locator('#history tbody tr td:first-child').allTextContents();
+    expect(newest.slice(0, 2)).toEqual(['lock off', 'lock on']);
+    expect(await page.locator('#spread-control').isHidden()).toBe(true);
   });
 });

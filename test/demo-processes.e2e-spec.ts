@@ -3,6 +3,7 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import type { StampedeRun } from '../apps/demo/src/stampede/stampede.service.js';
 import { freePort, RedisServer } from './support/redis-server.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -17,11 +18,15 @@ describe('the demo on three processes', () => {
 
   beforeAll(async () => {
     server = await RedisServer.start();
-    for (let i = 0; i < 3; i++) {
-      const port = await freePort();
-      const env = { ...process.env, PORT: String(port), REDIS_URL: server.url };
+    const ports = [await freePort(), await freePort(), await freePort()];
+    for (const port of ports) urls.push(`http://127.0.0.1:${port}`);
+    for (const [i, port] of ports.entries()) {
+      // A slow backend (1 s): without the lock, every request must miss before the first load fills the
+      // cache, and on a busy machine 150 requests can take longer than the default 200 ms to arrive.
+      const env = { ...process.env, PORT: String(port), REDIS_URL: server.url, BACKEND_LATENCY_MS: '1000' };
+      // The first knows the other two, for POST /stampede with spread: true.
+      if (i === 0) Object.assign(env, { DEMO_PEERS: urls.slice(1).join(',') });
       demos.push(spawn(process.execPath, [DEMO_MAIN], { env, stdio: 'ignore' }));
-      urls.push(`http://127.0.0.1:${port}`);
     }
     await Promise.all(urls.map(waitUntilAnswering));
   });
@@ -62,6 +67,21 @@ describe('the demo on three processes', () => {
     expect(summary.statuses).toEqual({ 200: 150 });
     expect(summary.backendCalls).toBeGreaterThan(1);
   });
+
+  it('spreads a stampede fired by the page (POST /stampede) over the three: one backend call with the lock', async () => {
+    const response = await fetch(`${urls[0]}/stampede`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ n: 150, lock: 'both', spread: true }),
+    });
+    expect(response.status).toBe(200);
+    const { runs } = (await response.json()) as { runs: StampedeRun[] };
+    const [on, off] = runs;
+
+    expect(on).toMatchObject({ lock: 'on', processes: 3, backendCalls: 1, statuses: { 200: 150 } });
+    expect(off).toMatchObject({ lock: 'off', processes: 3, statuses: { 200: 150 } });
+    expect(off.backendCalls).toBeGreaterThan(1);
+  });
 });
 
 describe('the built demo without REDIS_URL (what npm start runs)', () => {
@@ -86,6 +106,59 @@ describe('the built demo without REDIS_URL (what npm start runs)', () => {
     }
   });
 });
+
+/**
+ * What `npm start` leaves behind when it is stopped. The demo runs in its own process group, as
+ * in a terminal; `--ignore-scripts` skips the `prestart` build (the global setup built the demo,
+ * and a second build would delete `dist/` under the other test files).
+ */
+describe('npm start, stopped', () => {
+  async function startWithNpm(): Promise<ChildProcess> {
+    const port = await freePort();
+    const npm = spawn('npm', ['start', '--ignore-scripts'], {
+      cwd: root,
+      env: { ...process.env, PORT: String(port) },
+      detached: true,
+      stdio: 'ignore',
+    });
+    await waitUntilAnswering(`http://127.0.0.1:${port}`);
+    return npm;
+  }
+
+  async function expectGroupGone(group: number): Promise<void> {
+    try {
+      const deadline = Date.now() + 5_000;
+      while (groupAlive(group) && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 50));
+      expect(groupAlive(group)).toBe(false);
+    } finally {
+      if (groupAlive(group)) process.kill(-group, 'SIGKILL');
+    }
+  }
+
+  it('by SIGTERM to npm alone (a process manager), ends every process it started', async () => {
+    const npm = await startWithNpm();
+    process.kill(npm.pid!, 'SIGTERM');
+
+    await expectGroupGone(npm.pid!);
+  });
+
+  it('by Ctrl-C (SIGINT to the whole process group), ends every process it started', async () => {
+    const npm = await startWithNpm();
+    process.kill(-npm.pid!, 'SIGINT');
+
+    await expectGroupGone(npm.pid!);
+  });
+});
+
+function groupAlive(group: number): boolean {
+  try {
+    process.kill(-group, 0);
+    return true;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ESRCH') return false;
+    throw error;
+  }
+}
 
 async function waitUntilAnswering(url: string): Promise<void> {
   const deadline = Date.now() + 20_000;

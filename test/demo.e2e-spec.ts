@@ -111,6 +111,7 @@ describe('demo configuration', () => {
       cacheTtlMs: 60_000,
       notFoundTtlMs: 10_000,
       lock: true,
+      peers: [],
     });
   });
 
@@ -120,8 +121,19 @@ describe('demo configuration', () => {
     [{ CACHE_TTL_MS: '0' }, /CACHE_TTL_MS/],
     [{ REDIS_URL: 'localhost:6379' }, /REDIS_URL/],
     [{ DEMO_LOCK: 'maybe' }, /DEMO_LOCK/],
+    [{ REDIS_URL: 'redis://127.0.0.1:6379', DEMO_PEERS: 'localhost:3001' }, /DEMO_PEERS must list base URLs/],
+    [{ DEMO_PEERS: 'http://localhost:3001' }, /DEMO_PEERS needs REDIS_URL/],
   ])('refuses %p with a message naming the variable', (env, message) => {
     expect(() => readDemoConfig(env)).toThrow(message);
+  });
+
+  it('reads DEMO_PEERS as a list of base URLs', () => {
+    const config = readDemoConfig({
+      REDIS_URL: 'redis://127.0.0.1:6379',
+      DEMO_PEERS: 'http://localhost:3001/, http://10.0.0.2:3000',
+    });
+
+    expect(config.peers).toEqual(['http://localhost:3001', 'http://10.0.0.2:3000']);
   });
 
   it('turns the lock off for the whole process with DEMO_LOCK=off', () => {

@@ -7,6 +7,8 @@ import { ProductsService } from './catalogue/products.service.js';
 import { ReportsService } from './catalogue/reports.service.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
 import { PageController } from './page/page.controller.js';
+import { StampedeController } from './stampede/stampede.controller.js';
+import { StampedeService } from './stampede/stampede.service.js';
 import { StatsController } from './stats.controller.js';
 import { DemoStorage, MemoryDemoStorage, RedisDemoStorage } from './storage/demo-storage.js';
 
@@ -18,7 +20,7 @@ export class AppModule implements OnApplicationShutdown {
     return {
       module: AppModule,
       imports: [LockModule.forRoot(config.redisUrl ? { redis: config.redisUrl } : {})],
-      controllers: [PageController, CatalogueController, StatsController],
+      controllers: [PageController, CatalogueController, StatsController, StampedeController],
       providers: [
         { provide: DEMO_CONFIG, useValue: config },
         {
@@ -29,6 +31,7 @@ export class AppModule implements OnApplicationShutdown {
         CatalogueBackend,
         ProductsService,
         ReportsService,
+        StampedeService,
       ],
     };
   }

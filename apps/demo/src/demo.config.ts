@@ -11,18 +11,29 @@ export interface DemoConfig {
   notFoundTtlMs: number;
   /** `DEMO_LOCK=off` turns the cache-miss lock off for the whole process, to show the stampede. */
   lock: boolean;
+  /**
+   * `DEMO_PEERS`: the URLs of the other demo processes on the same REDIS_URL, comma-separated;
+   * `POST /stampede` with `spread: true` fires its requests round-robin over them and this one.
+   */
+  peers: string[];
 }
 
 export const DEMO_CONFIG = Symbol('DEMO_CONFIG');
 
 export function readDemoConfig(env: NodeJS.ProcessEnv): DemoConfig {
+  const redisUrl = redisUrlOf(env.REDIS_URL);
+  const peers = peerUrls(env.DEMO_PEERS);
+  if (peers.length > 0 && redisUrl === undefined) {
+    throw new Error('DEMO_PEERS needs REDIS_URL: without it every process has its own locks and cache');
+  }
   return {
     port: integer(env, 'PORT', 3000, 0, 65_535),
-    redisUrl: redisUrl(env.REDIS_URL),
+    redisUrl,
     backendLatencyMs: integer(env, 'BACKEND_LATENCY_MS', 200, 0),
     cacheTtlMs: integer(env, 'CACHE_TTL_MS', 60_000, 1),
     notFoundTtlMs: integer(env, 'NOT_FOUND_TTL_MS', 10_000, 1),
     lock: onOff(env, 'DEMO_LOCK'),
+    peers,
   };
 }
 
@@ -36,10 +47,21 @@ function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, min: nu
   return value;
 }
 
-function redisUrl(raw: string | undefined): string | undefined {
+function redisUrlOf(raw: string | undefined): string | undefined {
   if (raw === undefined || raw === '') return undefined;
   if (!/^rediss?:\/\//.test(raw)) throw new Error(`REDIS_URL must start with redis:// or rediss://, got "${raw}"`);
   return raw;
+}
+
+function peerUrls(raw: string | undefined): string[] {
+  if (raw === undefined || raw.trim() === '') return [];
+  return raw.split(',').map((entry) => {
+    const url = entry.trim().replace(/\/+$/, '');
+    if (!/^https?:\/\/[^/]+$/.test(url)) {
+      throw new Error(`DEMO_PEERS must list base URLs such as http://localhost:3001, comma-separated; got "${entry}"`);
+    }
+    return url;
+  });
 }
 
 function onOff(env: NodeJS.ProcessEnv, name: string): boolean {

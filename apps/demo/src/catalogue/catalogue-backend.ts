@@ -26,7 +26,7 @@ export class CatalogueBackend {
   ) {}
 
   async load(id: number): Promise<Product | null> {
-    await this.storage.increment('backendCalls');
+    await Promise.all([this.storage.increment('backendCalls'), this.storage.countLoad(id)]);
     await delay(this.config.backendLatencyMs);
     if (this.failing.has(id)) throw new BackendFailure(`the catalogue backend failed to load product ${id}`);
     if (id < 1 || id > CATALOGUE_SIZE) return null;

@@ -26,12 +26,12 @@ export class CatalogueController {
     private readonly backend: CatalogueBackend,
   ) {}
 
-  /** `?lock=off` skips the cache-miss lock for this request, to show the stampede. */
+  /** `?lock=off` skips the cache-miss lock for this request, to show the stampede; `?lock=on` takes it even under `DEMO_LOCK=off`. */
   @Get('products/:id')
   async product(@Param('id', ParseIntPipe) id: number, @Query('lock') lock?: string): Promise<Product> {
     let product: Product | null;
     try {
-      product = await this.products.findProduct(id, lock === 'off' ? false : undefined);
+      product = await this.products.findProduct(id, lock === 'off' ? false : lock === 'on' ? true : undefined);
     } catch (error) {
       if (error instanceof BackendFailure) throw new BadGatewayException(error.message, { cause: error });
       throw error;

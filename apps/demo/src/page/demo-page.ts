@@ -1,6 +1,7 @@
 /**
- * The page at `/`: fires a hundred requests at a cold product, with the lock on or off, and
- * shows what came back. One file, no build step: plain HTML, CSS and a small script.
+ * The page at `/`: asks the server to fire a hundred requests at a cold product (`POST /stampede`),
+ * with the lock on, off or both, and shows the two modes side by side and the last few runs.
+ * One file, no build step: plain HTML, CSS and a small script.
  */
 export const DEMO_PAGE = `<!doctype html>
 <html lang="en">
@@ -8,80 +9,146 @@ export const DEMO_PAGE = `<!doctype html>
 <meta charset="utf-8">
 <title>nest-lock: the cache stampede</title>
 <style>
-  body { font: 16px/1.5 system-ui, sans-serif; max-width: 760px; margin: 2rem auto; padding: 0 1rem; color: #222; }
-  button { font: inherit; padding: .5rem 1.2rem; cursor: pointer; }
-  .result { display: flex; gap: 2rem; margin: 1.5rem 0; }
-  .figure { font-size: 2.5rem; font-weight: 600; }
-  .label { color: #666; font-size: .9rem; }
-  svg rect { fill: #4a7bd0; }
+  body { font: 16px/1.5 system-ui, sans-serif; max-width: 900px; margin: 2rem auto; padding: 0 1rem; color: #222; }
+  button { font: inherit; padding: .4rem 1rem; cursor: pointer; }
+  .controls { display: flex; flex-wrap: wrap; gap: 1rem; align-items: center; }
+  .panels { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 1.5rem; margin: 1.5rem 0; }
+  .panel { border: 1px solid #ddd; border-radius: 6px; padding: .5rem 1rem 1rem; }
+  .panel h2 { margin: 0; font-size: 1.1rem; }
+  .figures { display: flex; flex-wrap: wrap; gap: .5rem 1.2rem; margin: .5rem 0; }
+  .figure { font-size: 1.4rem; font-weight: 600; white-space: nowrap; }
+  .label, .product { color: #666; font-size: .85rem; }
+  #panel-on rect { fill: #4a7bd0; }
+  #panel-off rect { fill: #d0704a; }
   svg text { font-size: 11px; fill: #444; }
+  table { border-collapse: collapse; font-size: .9rem; }
+  th, td { padding: .2rem .8rem; text-align: right; border-bottom: 1px solid #eee; }
 </style>
 </head>
 <body>
 <h1>100 requests, one cold product</h1>
 <p>Each request reads the cache, misses, and needs the product from a slow backend.
 With the lock, one request loads it while the others wait and then read the cache.
-Without it, every miss goes to the backend. (A browser sends only a few requests to one host
-at a time, so the latencies show some queueing; <code>npm run demo:stampede</code> fires all at once.)</p>
-<p>
-  <label><input type="checkbox" id="lock" checked> lock on</label>
-  &nbsp; <button id="fire">Fire 100 requests</button>
+Without it, every miss goes to the backend. The server fires the requests itself, all at once,
+each over its own connection: a browser would send only a few at a time to one host.</p>
+<div class="controls">
+  <label><input type="checkbox" id="lock" checked> <span id="lock-label">lock on</span></label>
+  <button id="fire">Fire 100 requests</button>
+  <button id="fire-both">Fire both: lock on, then off</button>
+  <label id="spread-control" hidden><input type="checkbox" id="spread"> spread over <span id="processes"></span> processes</label>
   <span id="state"></span>
-</p>
-<div class="result">
-  <div><div class="figure" id="backend-calls">–</div><div class="label">backend calls</div></div>
-  <div><div class="figure" id="statuses">–</div><div class="label">statuses</div></div>
-  <div><div class="figure" id="p99">–</div><div class="label">p99 latency</div></div>
 </div>
-<svg id="histogram" width="720" height="220" role="img" aria-label="latency histogram"></svg>
+<div class="panels">
+${['on', 'off'].map(panel).join('')}
+</div>
+<h2>Recent runs</h2>
+<table id="history">
+  <thead><tr><th>lock</th><th>product</th><th>processes</th><th>backend calls</th><th>statuses</th><th>p50</th><th>p99</th></tr></thead>
+  <tbody></tbody>
+</table>
 <script>
-const $ = (id) => document.getElementById(id);
+const $ = (selector) => document.querySelector(selector);
+const KEEP_RUNS = 8;
+const shown = {};
 
-async function fire() {
-  $('fire').disabled = true;
-  $('state').textContent = 'running…';
-  const id = 1 + Math.floor(Math.random() * 10000);
-  await fetch('/stats', { method: 'DELETE' });
-  await fetch('/cache/' + id, { method: 'DELETE' });
-  const query = $('lock').checked ? '' : '?lock=off';
-  const results = await Promise.all(Array.from({ length: 100 }, async () => {
-    const started = performance.now();
-    // no-store: the browser's HTTP cache would otherwise hold back identical requests until the first returns.
-    const response = await fetch('/products/' + id + query, { cache: 'no-store' });
-    await response.text();
-    return { status: response.status, ms: performance.now() - started };
-  }));
-  const stats = await (await fetch('/stats')).json();
-  const counts = {};
-  for (const { status } of results) counts[status] = (counts[status] || 0) + 1;
-  const latencies = results.map((r) => r.ms).sort((a, b) => a - b);
-  $('backend-calls').textContent = stats.backendCalls;
-  $('statuses').textContent = Object.entries(counts).map(([s, n]) => n + '×' + s).join(' ');
-  $('p99').textContent = Math.round(latencies[98]) + ' ms';
-  drawHistogram(latencies);
-  $('state').textContent = 'product ' + id + ', lock ' + ($('lock').checked ? 'on' : 'off');
-  $('fire').disabled = false;
+function showLockLabel() {
+  $('#lock-label').textContent = $('#lock').checked ? 'lock on' : 'lock off';
 }
 
-function drawHistogram(latencies) {
-  const svg = $('histogram');
-  const width = 720, height = 220, bins = 20, top = Math.max(...latencies) || 1;
-  const counts = new Array(bins).fill(0);
-  for (const ms of latencies) counts[Math.min(bins - 1, Math.floor((ms / top) * bins))]++;
-  const highest = Math.max(...counts);
-  const barWidth = width / bins;
+async function fire(lock) {
+  for (const button of document.querySelectorAll('button')) button.disabled = true;
+  $('#state').textContent = 'running…';
+  try {
+    const response = await fetch('/stampede', {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ n: 100, lock, spread: $('#spread').checked }),
+    });
+    const answer = await response.json();
+    if (!response.ok) throw new Error(answer.message);
+    for (const run of answer.runs) {
+      shown[run.lock] = run;
+      addToHistory(run);
+    }
+    for (const run of Object.values(shown)) showRun(run);
+    $('#state').textContent = 'done: ' + answer.runs.map((run) => 'lock ' + run.lock + ', product ' + run.productId).join('; ');
+  } catch (error) {
+    $('#state').textContent = 'failed: ' + error.message;
+  } finally {
+    for (const button of document.querySelectorAll('button')) button.disabled = false;
+  }
+}
+
+function statusText(statuses) {
+  return Object.entries(statuses).map(([status, count]) => count + '×' + status).join(' ');
+}
+
+function showRun(run) {
+  const panel = $('#panel-' + run.lock);
+  panel.querySelector('.backend-calls').textContent = run.backendCalls;
+  panel.querySelector('.statuses').textContent = statusText(run.statuses);
+  panel.querySelector('.p50').textContent = run.latencyMs.p50 + ' ms';
+  panel.querySelector('.p99').textContent = run.latencyMs.p99 + ' ms';
+  panel.querySelector('.product').textContent =
+    run.requests + ' requests for product ' + run.productId + ' on ' + run.processes + ' process(es)';
+  // One time axis for both panels, so that their bars line up.
+  const spanMs = Math.max(...Object.values(shown).map((shownRun) => shownRun.histogram.binMs * shownRun.histogram.counts.length));
+  drawHistogram(panel.querySelector('svg'), run.histogram, spanMs);
+}
+
+function drawHistogram(svg, { binMs, counts }, spanMs) {
+  const width = 400, height = 180, highest = Math.max(...counts);
+  const barWidth = (binMs / spanMs) * width;
   svg.innerHTML = counts.map((count, i) => {
+    if (count === 0) return '';
     const barHeight = (count / highest) * (height - 40);
-    return '<rect x="' + (i * barWidth + 2) + '" y="' + (height - 20 - barHeight) + '" width="' + (barWidth - 4) +
-      '" height="' + barHeight + '"><title>' + count + ' requests</title></rect>' +
-      (count ? '<text x="' + (i * barWidth + 4) + '" y="' + (height - 24 - barHeight) + '">' + count + '</text>' : '');
+    const x = i * barWidth;
+    return '<rect x="' + (x + 1) + '" y="' + (height - 20 - barHeight) + '" width="' + Math.max(1, barWidth - 2) +
+      '" height="' + barHeight + '"><title>' + count + ' requests, ' + i * binMs + '–' + (i + 1) * binMs + ' ms</title></rect>' +
+      '<text x="' + x + '" y="' + (height - 24 - barHeight) + '">' + count + '</text>';
   }).join('') +
     '<text x="0" y="' + (height - 4) + '">0 ms</text>' +
-    '<text x="' + (width - 60) + '" y="' + (height - 4) + '">' + Math.round(top) + ' ms</text>';
+    '<text x="' + (width - 50) + '" y="' + (height - 4) + '">' + spanMs + ' ms</text>';
 }
 
-$('fire').addEventListener('click', fire);
+function addToHistory(run) {
+  const row = document.createElement('tr');
+  const cells = ['lock ' + run.lock, run.productId, run.processes, run.backendCalls, statusText(run.statuses),
+    run.latencyMs.p50 + ' ms', run.latencyMs.p99 + ' ms'];
+  for (const text of cells) row.appendChild(document.createElement('td')).textContent = text;
+  const body = $('#history tbody');
+  body.prepend(row);
+  while (body.rows.length > KEEP_RUNS) body.lastElementChild.remove();
+}
+
+async function offerSpread() {
+  const { processes } = await (await fetch('/stampede')).json();
+  if (processes < 2) return;
+  $('#processes').textContent = processes;
+  $('#spread-control').hidden = false;
+}
+
+$('#lock').addEventListener('change', showLockLabel);
+$('#fire').addEventListener('click', () => fire($('#lock').checked ? 'on' : 'off'));
+$('#fire-both').addEventListener('click', () => fire('both'));
+showLockLabel();
+void offerSpread();
 </script>
 </body>
 </html>
 `;
+
+function panel(lock: string): string {
+  return `<section class="panel" id="panel-${lock}">
+  <h2>lock ${lock}</h2>
+  <div class="figures">
+    <div><div class="figure backend-calls">–</div><div class="label">backend calls</div></div>
+    <div><div class="figure statuses">–</div><div class="label">statuses</div></div>
+    <div><div class="figure p50">–</div><div class="label">p50</div></div>
+    <div><div class="figure p99">–</div><div class="label">p99</div></div>
+  </div>
+  <svg viewBox="0 0 400 180" width="100%" role="img" aria-label="latency histogram, lock ${lock}"></svg>
+  <div class="product">not fired yet</div>
+</section>
+`;
+}

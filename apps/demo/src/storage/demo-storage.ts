@@ -11,6 +11,10 @@ export interface DemoStorage {
   increment(counter: StatName): Promise<void>;
   stats(): Promise<Record<StatName, number>>;
   resetStats(): Promise<void>;
+  /** Backend loads of one product, counted apart so that a stampede on it can be measured alone. */
+  countLoad(productId: number): Promise<void>;
+  loadsOf(productId: number): Promise<number>;
+  resetLoadsOf(productId: number): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -26,6 +30,7 @@ function zeroStats(): Record<StatName, number> {
 export class MemoryDemoStorage implements DemoStorage {
   private readonly cache = new Map<string, { value: string; expiresAt: number }>();
   private counters = zeroStats();
+  private readonly loads = new Map<number, number>();
 
   async getCached(key: string): Promise<string | undefined> {
     const entry = this.cache.get(key);
@@ -54,12 +59,27 @@ export class MemoryDemoStorage implements DemoStorage {
     this.counters = zeroStats();
   }
 
+  async countLoad(productId: number): Promise<void> {
+    this.loads.set(productId, (this.loads.get(productId) ?? 0) + 1);
+  }
+
+  async loadsOf(productId: number): Promise<number> {
+    return this.loads.get(productId) ?? 0;
+  }
+
+  async resetLoadsOf(productId: number): Promise<void> {
+    this.loads.delete(productId);
+  }
+
   async close(): Promise<void> {
     this.cache.clear();
+    this.loads.clear();
   }
 }
 
 const STATS_KEY = 'demo:stats';
+/** Long enough to read after a stampede; short enough that counts of products nobody watches go away. */
+const LOADS_TTL_SECONDS = 600;
 
 export class RedisDemoStorage implements DemoStorage {
   constructor(private readonly redis: Redis) {}
@@ -89,6 +109,22 @@ export class RedisDemoStorage implements DemoStorage {
 
   async resetStats(): Promise<void> {
     await this.redis.del(STATS_KEY);
+  }
+
+  async countLoad(productId: number): Promise<void> {
+    await this.redis
+      .multi()
+      .incr(`demo:loads:${productId}`)
+      .expire(`demo:loads:${productId}`, LOADS_TTL_SECONDS)
+      .exec();
+  }
+
+  async loadsOf(productId: number): Promise<number> {
+    return Number((await this.redis.get(`demo:loads:${productId}`)) ?? 0);
+  }
+
+  async resetLoadsOf(productId: number): Promise<void> {
+    await this.redis.del(`demo:loads:${productId}`);
   }
 
   async close(): Promise<void> {
