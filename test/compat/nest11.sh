@@ -66,8 +66,8 @@ timeout 600 npm install --no-audit --no-fund --loglevel=error \
   ioredis@^5 reflect-metadata rxjs typescript@^5 @types/node@^20 jest@^29 ts-jest@^29 @types/jest@^29
 node -e 'for (const p of ["@nestjs/core", "ioredis", "typescript"]) console.log(p, require(p + "/package.json").version)'
 
-timeout 120 npx tsc -p tsconfig.build.json
-timeout 120 npx tsc -p tsconfig.json --noEmit --module nodenext --moduleResolution nodenext
+timeout 300 npx tsc -p tsconfig.build.json
+timeout 300 npx tsc -p tsconfig.json --noEmit --module nodenext --moduleResolution nodenext
 timeout 120 node dist/main.js 11
 timeout 300 npx jest --ci
 
@@ -88,6 +88,6 @@ async function main(): Promise<void> {
 }
 void main();
 TS
-timeout 120 npx tsc --strict --module commonjs --target es2023 --experimentalDecorators --emitDecoratorMetadata \
+timeout 300 npx tsc --strict --module commonjs --target es2023 --experimentalDecorators --emitDecoratorMetadata \
   --skipLibCheck --types node --outDir memory-only/dist memory-only/main.ts
 timeout 60 node memory-only/dist/main.js

@@ -38,5 +38,5 @@ timeout 600 npm install --no-audit --no-fund --loglevel=error \
   ioredis@^6 reflect-metadata rxjs typescript@~6.0.3 @types/node@^20
 node -e 'for (const p of ["@nestjs/core", "ioredis", "typescript"]) console.log(p, require(p + "/package.json").version)'
 
-timeout 120 npx tsc -p tsconfig.json
+timeout 300 npx tsc -p tsconfig.json
 timeout 120 node dist/main.js 12
