@@ -82,6 +82,8 @@ describe.each<Platform>(['express', 'fastify'])('HTTP answers of the decorators 
   let plain: HttpApp;
   /** Module `retryAfter: 4` and an `errorBody` of its own. */
   let shaped: HttpApp;
+  /** An `errorBody` that throws (409) or answers too late (an async hook, 400). */
+  let misshaped: HttpApp;
 
   beforeAll(async () => {
     server = await RedisServer.start();
@@ -93,10 +95,21 @@ describe.each<Platform>(['express', 'fastify'])('HTTP answers of the decorators 
       retryAfter: 4,
       errorBody: (body, error) => ({ problem: body.code, detail: error.message, status: body.statusCode }),
     });
+    misshaped = await startApp(platform, {
+      redis: server.url,
+      commandTimeout: 200,
+      keyPrefix: 'misshaped:',
+      errorBody: (body) => {
+        if (body.statusCode === 409) throw new Error('a bug in the hook');
+        // What an async hook returns; a JavaScript caller's types do not stop it.
+        return Promise.reject(new Error('too late')) as unknown as Record<string, unknown>;
+      },
+    });
   });
   afterAll(async () => {
     await plain.app.close();
     await shaped.app.close();
+    await misshaped.app.close();
     await server.stop();
   });
 
@@ -157,6 +170,21 @@ describe.each<Platform>(['express', 'fastify'])('HTTP answers of the decorators 
       });
       expect(badKey.status).toBe(400);
       expect(badKey.body).toMatchObject({ problem: 'INVALID_ARGUMENT', status: 400 });
+      await held.unlock();
+    });
+  });
+
+  describe('with an errorBody that fails', () => {
+    it('keeps the default body when the hook throws or returns a promise, never a 500', async () => {
+      const held = await misshaped.app.get(LockService).lock(`order:${platform}-3`);
+
+      const conflict = await request(misshaped.http()).post(`/orders/${platform}-3/ship`);
+      const badKey = await request(misshaped.http()).post(`/orders/${platform}-3/refund`);
+
+      expect(conflict.status).toBe(409);
+      expect(conflict.body).toMatchObject({ statusCode: 409, code: 'LOCK_TIMEOUT', key: `order:${platform}-3` });
+      expect(badKey.status).toBe(400);
+      expect(badKey.body).toMatchObject({ statusCode: 400, code: 'INVALID_ARGUMENT' });
       await held.unlock();
     });
   });

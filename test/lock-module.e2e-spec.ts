@@ -12,6 +12,10 @@ import {
   RedisStore,
   type ResolvedModuleOptions,
 } from 'nest-lock';
+import { execFile } from 'node:child_process';
+import { createServer } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
 import { RedisServer } from './support/redis-server.js';
 
 class RecordingLogger implements LoggerService {
@@ -99,6 +103,27 @@ describe('LockModule', () => {
     expect(module.get<ResolvedModuleOptions>(LOCK_OPTIONS).redis).toBeUndefined();
     expect(logger.lines.filter((line) => line.includes('process-local'))).toHaveLength(1);
     await module.close();
+  });
+
+  it('lets a process whose Redis is unreachable end soon after app.close()', async () => {
+    // A port nobody listens on: the module's connection never opens.
+    const probe = createServer().listen(0, '127.0.0.1');
+    await new Promise((resolve) => probe.once('listening', resolve));
+    const { port } = probe.address() as { port: number };
+    await new Promise((resolve) => probe.close(resolve));
+    const script = fileURLToPath(new URL('./support/workers/close-unreachable.mjs', import.meta.url));
+    const started = performance.now();
+
+    const { stdout } = await promisify(execFile)(process.execPath, [script, `redis://127.0.0.1:${port}`], {
+      timeout: 10_000,
+    });
+    // The child prints when its close ended, on its own clock (from its start): the rest of its life is after the close.
+    const closedAt = Number(stdout.trim());
+    const afterClose = performance.now() - started - closedAt;
+
+    // ioredis's default would keep it alive 2 s after the close, for a socket that never opened.
+    expect(closedAt).toBeGreaterThan(0);
+    expect(afterClose).toBeLessThan(1_500);
   });
 
   it('forRootAsync() takes options from a factory with injected dependencies', async () => {

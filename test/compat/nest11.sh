@@ -62,7 +62,7 @@ describe('nest-lock in a ts-jest unit test', () => {
 TS
 
 timeout 600 npm install --no-audit --no-fund --loglevel=error \
-  "./$tarball" @nestjs/common@^11 @nestjs/core@^11 @nestjs/platform-express@^11 @nestjs/testing@^11 \
+  "./$tarball" @nestjs/common@^11 @nestjs/core@^11 @nestjs/platform-express@^11 @nestjs/testing@^11 @nestjs/terminus@^11 \
   ioredis@^5 reflect-metadata rxjs typescript@^5 @types/node@^20 jest@^29 ts-jest@^29 @types/jest@^29
 node -e 'for (const p of ["@nestjs/core", "ioredis", "typescript"]) console.log(p, require(p + "/package.json").version)'
 

@@ -34,7 +34,7 @@ mkdir src
 cp "$root"/test/compat/app/src/*.ts src/
 
 timeout 600 npm install --no-audit --no-fund --loglevel=error \
-  "./$tarball" @nestjs/common@^12 @nestjs/core@^12 @nestjs/platform-express@^12 \
+  "./$tarball" @nestjs/common@^12 @nestjs/core@^12 @nestjs/platform-express@^12 @nestjs/terminus@^12 \
   ioredis@^6 reflect-metadata rxjs typescript@~6.0.3 @types/node@^20
 node -e 'for (const p of ["@nestjs/core", "ioredis", "typescript"]) console.log(p, require(p + "/package.json").version)'
 

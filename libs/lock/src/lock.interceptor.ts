@@ -92,7 +92,19 @@ export class LockInterceptor implements NestInterceptor {
     error: LockError,
     context: ExecutionContext,
   ): ConstructorParameters<typeof HttpException>[0] {
-    return this.options.errorBody ? this.options.errorBody(body, error, context) : body;
+    if (!this.options.errorBody) return body;
+    try {
+      const shaped: unknown = this.options.errorBody(body, error, context);
+      if (typeof shaped === 'object' && shaped !== null) {
+        if (typeof (shaped as { then?: unknown }).then !== 'function') return shaped;
+        // An async hook: its body comes too late, and its failure must not go unhandled.
+        (shaped as Promise<unknown>).then(undefined, () => undefined);
+      }
+    } catch {
+      // A hook that throws must not turn the answer into a 500.
+    }
+    // Anything but a JSON object leaves the default body.
+    return body;
   }
 }
 

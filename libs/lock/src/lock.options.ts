@@ -89,9 +89,10 @@ export interface LockModuleOptions {
   /**
    * Shapes the JSON body of every answer `LockInterceptor` gives for the decorators' errors
    * (409, 503, 400): it receives the default body, the error and the request's context, and
-   * returns the body to send. The status and `Retry-After` stay as they are.
+   * returns the body to send: a JSON object (not a promise). The status and `Retry-After` stay as they
+   * are; a hook that throws, or returns anything else, leaves the default body.
    */
-  errorBody?: (body: LockErrorBody, error: LockError, context: ExecutionContext) => object | string;
+  errorBody?: (body: LockErrorBody, error: LockError, context: ExecutionContext) => Record<string, unknown>;
   /**
    * Where nest-lock writes what it logs (the memory-store notice, Redis outages and recoveries,
    * lost leases, failed releases, a throwing `onLockLost`, `forceUnlock`): a Nest `LoggerService`,

@@ -28,10 +28,15 @@ async function startRedis(): Promise<{ url: string; server: ChildProcess }> {
   const args = ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
   const server = spawn('redis-server', args, { stdio: 'ignore' });
   for (let attempt = 0; ; attempt++) {
+    // Settles on connect, refusal or close: a probe destroyed before either would leave it pending.
     const connected = await new Promise<boolean>((resolve) => {
-      const socket = createConnection(port, '127.0.0.1', () => resolve(true)).on('error', () => resolve(false));
-      socket.unref();
-      setTimeout(() => socket.destroy(), 0).unref();
+      const socket = createConnection(port, '127.0.0.1');
+      socket.once('connect', () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.once('error', () => resolve(false));
+      socket.once('close', () => resolve(false));
     });
     if (connected) return { url: `redis://127.0.0.1:${port}`, server };
     if (attempt > 100) throw new Error('redis-server did not start');
