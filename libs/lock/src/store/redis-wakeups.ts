@@ -34,14 +34,13 @@ const LINGER_MS = 2_000;
 export class WakeUps {
   private subscriber?: Redis | Cluster;
   private readonly channels = new Map<string, Channel>();
+  /** Open turns by owner token: a handover message names one. */
+  private readonly turns = new Map<string, RedisTurn>();
   /** The subscriber's connection dropped since it was last ready: its channels must be subscribed again. */
   private connectionLost = false;
   private closed = false;
 
   constructor(private readonly client: Redis | Cluster) {}
-
-  /** Open turns by owner token: a handover message names one. */
-  private readonly turns = new Map<string, RedisTurn>();
 
   /** See `LockStore.openTurn`: subscribes nothing until the turn first waits. */
   openTurn(channel: string, token: string): Turn {
