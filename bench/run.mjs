@@ -14,7 +14,7 @@ import { Redis } from 'ioredis';
 import { checkAcceptance } from './lib/acceptance.mjs';
 import { snapshotLibrary } from './lib/library.mjs';
 import { waitChart } from './lib/chart.mjs';
-import { now } from './lib/clock.mjs';
+import { now, offsetTo } from './lib/clock.mjs';
 import { startRedis } from './lib/redis-server.mjs';
 import { consoleSummary, headline, markdown } from './lib/report.mjs';
 import { writeFormatted } from './lib/write.mjs';
@@ -272,6 +272,8 @@ async function runSections(server, admin, workload, variant, rep) {
     const messages = children.map((child) => collect(child));
     await withTimeout(Promise.all(messages.map((inbox) => inbox.next('ready'))), 60_000, `${key}: workers not ready`);
 
+    // Holds are compared on Redis's clock, each process's shifted by its own measured offset.
+    const parentOffset = await offsetTo(admin);
     const warmStart = now() + 100;
     const t0 = warmStart + workload.warmup;
     const tEnd = t0 + workload.duration;
@@ -283,7 +285,15 @@ async function runSections(server, admin, workload, variant, rep) {
     const [before, last] = await Promise.all(snapshots);
     const counter = workload.id === 'W3' ? Number(await admin.get(`${key}:counter`)) : undefined;
     await Promise.all(children.map((child) => exited(child, 15_000)));
-    return measureSections({ reports, server: { before, after: last }, t0, tEnd, limit: workload.limit, counter });
+    return measureSections({
+      reports,
+      server: { before, after: last },
+      t0,
+      tEnd,
+      limit: workload.limit,
+      counter,
+      parentOffset,
+    });
   } finally {
     for (const child of children)
       if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, 'SIGKILL');

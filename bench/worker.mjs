@@ -10,7 +10,7 @@
 import { exclude, sample } from './lib/instrument.mjs';
 import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
-import { now, sleepUntil } from './lib/clock.mjs';
+import { now, offsetTo, sleepUntil } from './lib/clock.mjs';
 import { addDelta, serverDelta, serverSnapshot } from './lib/server-stats.mjs';
 import { open, variantById } from './lib/variants.mjs';
 
@@ -120,6 +120,9 @@ async function sections() {
     else await adapter.withLock(warmKey, async () => undefined);
   }
   await data?.ping();
+  const clockClient = exclude(new Redis(config.url));
+  const clockOffset = await offsetTo(clockClient);
+  clockClient.disconnect();
 
   const go = nextMessage('go');
   await send({ type: 'ready' });
@@ -163,7 +166,7 @@ async function sections() {
     }),
   );
   const [first, last] = await Promise.all(samples);
-  await send({ type: 'result', holds, errors: summarize(errors), samples: [first, last] });
+  await send({ type: 'result', holds, clockOffset, errors: summarize(errors), samples: [first, last] });
   await adapter.close();
   data?.disconnect();
 }

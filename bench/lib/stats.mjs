@@ -93,12 +93,19 @@ export function measurePairs(result) {
  * W3 / W4: sections per second, waits (request to section start) of the sections requested in
  * the window, how the lock was shared, and the safety checks over every section of the run.
  */
-export function measureSections({ reports, server, t0, tEnd, limit, counter }) {
+export function measureSections({ reports, server, t0, tEnd, limit, counter, parentOffset = 0 }) {
   const seconds = (tEnd - t0) / 1000;
+  // Each process's times moved onto the parent's clock, through the offsets all measured to Redis's.
   const holds = reports
-    .flatMap((report, process) =>
-      report.holds.map(([worker, requested, start, end]) => ({ who: `${process}:${worker}`, requested, start, end })),
-    )
+    .flatMap((report, process) => {
+      const shift = (report.clockOffset ?? parentOffset) - parentOffset;
+      return report.holds.map(([worker, requested, start, end]) => ({
+        who: `${process}:${worker}`,
+        requested: requested + shift,
+        start: start + shift,
+        end: end + shift,
+      }));
+    })
     .sort((a, b) => a.start - b.start);
   const operations = holds.filter((hold) => hold.end >= t0 && hold.end <= tEnd).length;
   const inWindow = holds.filter((hold) => hold.requested >= t0 && hold.requested < tEnd);
