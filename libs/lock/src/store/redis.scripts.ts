@@ -132,6 +132,26 @@ return {0, redis.call('PTTL', lease), lastFence()}
 );
 
 /**
+ * What follows a lock's release (by its holder or an operator); needs `prelude`: the lock goes to the
+ * first fair waiter in line, set to its token for a handover lease it extends once told, or is freed
+ * and the other waiters are woken.
+ */
+const lockPassOn = `
+local function passOn(handoverMs, channel)
+  dropGoneWaiters(serverTime())
+  local first = redis.call('ZRANGE', line, 0, 0)[1]
+  if first then
+    redis.call('SET', lease, first, 'PX', handoverMs)
+    leaveLine(first)
+    tell(channel, first)
+  else
+    redis.call('DEL', lease)
+    redis.call('PUBLISH', channel, '')
+  end
+end
+`;
+
+/**
  * Releases the lock if the token holds it: hands it straight to the first fair waiter in line
  * (the lock is set to that waiter's token for a short handover lease, which the waiter extends to
  * its own ttl once told), or frees it and wakes the other waiters. A token that does not hold the
@@ -143,7 +163,7 @@ return {0, redis.call('PTTL', lease), lastFence()}
 export const releaseLockScript = script(
   'releaseLock',
   4,
-  `${prelude}
+  `${prelude}${lockPassOn}
 local token = ARGV[1]
 if redis.call('GET', lease) ~= token then
   leaveLine(token)
@@ -153,16 +173,7 @@ if redis.call('EXISTS', alive) == 0 then
   redis.call('DEL', lease)
   return 1
 end
-dropGoneWaiters(serverTime())
-local first = redis.call('ZRANGE', line, 0, 0)[1]
-if first then
-  redis.call('SET', lease, first, 'PX', ARGV[2])
-  leaveLine(first)
-  tell(ARGV[3], first)
-else
-  redis.call('DEL', lease)
-  redis.call('PUBLISH', ARGV[3], '')
-end
+passOn(ARGV[2], ARGV[3])
 return 1
 `,
 );
@@ -369,20 +380,11 @@ return remaining
 export const forceReleaseLockScript = script(
   'forceReleaseLock',
   4,
-  `${prelude}
+  `${prelude}${lockPassOn}
 if not redis.call('GET', lease) then
   return 0
 end
-dropGoneWaiters(serverTime())
-local first = redis.call('ZRANGE', line, 0, 0)[1]
-if first then
-  redis.call('SET', lease, first, 'PX', ARGV[1])
-  leaveLine(first)
-  tell(ARGV[2], first)
-else
-  redis.call('DEL', lease)
-  redis.call('PUBLISH', ARGV[2], '')
-end
+passOn(ARGV[1], ARGV[2])
 return 1
 `,
 );
