@@ -145,30 +145,42 @@ describe('wake-ups and fair order on Redis', () => {
     await lock.unlock();
   });
 
-  it('gives a lock being handed to a waiter that aborts back at once, to the next in line', async () => {
-    const key = uniqueKey('abort-handover');
-    const holder = await app.locks.lock(key);
-    const quitter = new AbortController();
-    const first = app.locks.lock(key, { signal: quitter.signal, step: 3_000, maxStep: 3_000 });
-    first.catch(() => undefined);
-    await untilInLine(key, 1);
-    let releasedAt = Infinity;
-    // Another process's waiter: one of the same process would queue behind `first` locally, not in Redis.
-    const other = await bootLockModule({ redis: server.url });
-    const second = grantedAfter(other.locks.lock(key, { step: 3_000, maxStep: 3_000 }), () => releasedAt);
-    await untilInLine(key, 2);
+  // The holder's own store passes the lock straight to its waiter in the release's reply; another
+  // store's waiter (another process) is told by a message. Either way a waiter that gives up as the
+  // lock reaches it gives it back at once.
+  it.each([
+    ['of the same store, passed on in the release', 'same'],
+    ['of another store, told by a message', 'other'],
+  ] as const)(
+    'gives a lock being handed to a waiter %s that aborts back at once, to the next in line',
+    async (_, where) => {
+      const key = uniqueKey('abort-handover');
+      const holders = where === 'same' ? app : await bootLockModule({ redis: server.url });
+      const holder = await holders.locks.lock(key);
+      const quitter = new AbortController();
+      const first = app.locks.lock(key, { signal: quitter.signal, step: 3_000, maxStep: 3_000 });
+      first.catch(() => undefined);
+      await untilInLine(key, 1);
+      let releasedAt = Infinity;
+      // Another process's waiter: one of the same process would queue behind `first` locally, not in Redis.
+      const other = await bootLockModule({ redis: server.url });
+      const second = grantedAfter(other.locks.lock(key, { step: 3_000, maxStep: 3_000 }), () => releasedAt);
+      await untilInLine(key, 2);
 
-    releasedAt = performance.now();
-    await holder.unlock(); // hands the lock to `first`…
-    quitter.abort(new Error('gave up')); // …which gives up at that moment
-    await expect(first).rejects.toThrow('gave up');
-    const { lock, after } = await second;
+      releasedAt = performance.now();
+      const released = holder.unlock(); // hands the lock to `first`…
+      quitter.abort(new Error('gave up')); // …which gives up at that moment
+      await expect(first).rejects.toThrow('gave up');
+      expect(await released).toBe(true);
+      const { lock, after } = await second;
 
-    // Not a handover lease later (≥ 1 s), and far from a ttl.
-    expect(after).toBeLessThan(900);
-    await lock.unlock();
-    await closeLockApp(other);
-  });
+      // Not a handover lease later (≥ 1 s), and far from a ttl.
+      expect(after).toBeLessThan(900);
+      await lock.unlock();
+      await closeLockApp(other);
+      if (holders !== app) await closeLockApp(holders);
+    },
+  );
 
   it('serves waiters of several processes in the order they arrived', async () => {
     const key = uniqueKey('order');
@@ -184,6 +196,49 @@ describe('wake-ups and fair order on Redis', () => {
     await Promise.all(children.map(exited));
 
     expect(await redis.lrange(`${key}:granted`, 0, -1)).toEqual(labels);
+  });
+
+  it('passes the lock from one waiter of a process to the next in the release itself: no message, one script per section', async () => {
+    const key = uniqueKey('local-pass');
+    const messages: string[] = [];
+    const listener = redis.duplicate();
+    await listener.subscribe(store().channelOf('lock', key));
+    listener.on('message', (_channel: string, message: string) => messages.push(message));
+    const holder = await app.locks.lock(key);
+    const sections = 20;
+    const order: number[] = [];
+    const waiters = Array.from({ length: sections }, (_, i) =>
+      app.locks.withLock(key, async () => {
+        order.push(i);
+        await delay(1);
+      }),
+    );
+    await untilInLine(key, 1); // the first waiter of this process stands in Redis's line, the others here
+    const scriptsBefore = await evalshaCalls();
+
+    await holder.unlock();
+    await Promise.all(waiters);
+
+    expect(order).toEqual(Array.from({ length: sections }, (_, i) => i));
+    expect(messages).toEqual([]);
+    // One release per section (each passes the lock on); the waiters attempt no more.
+    expect((await evalshaCalls()) - scriptsBefore).toBeLessThanOrEqual(sections + 2);
+    listener.disconnect();
+  });
+
+  it("serves a waiter of another process that arrived before a waiter of the holder's process first", async () => {
+    const key = uniqueKey('cohort-order');
+    const holder = await app.locks.lock(key);
+    const remote = spawnWorker('line-up', [server.url, key, 'remote', 'fair']);
+    await untilInLine(key, 1);
+    // Arrives after the holder took the lock and after the remote waiter: no pass ahead of the line.
+    const local = app.locks.withLock(key, () => redis.rpush(`${key}:granted`, 'local'));
+    await untilInLine(key, 2);
+
+    await holder.unlock();
+    await Promise.all([exited(remote), local]);
+
+    expect(await redis.lrange(`${key}:granted`, 0, -1)).toEqual(['remote', 'local']);
   });
 
   it('returns a lock handed to a waiter that died to the line within a short bound, not a ttl', async () => {

@@ -1,8 +1,8 @@
 import { randomFillSync } from 'node:crypto';
 import { type LeaseDefaults, type LockOptions, resolveLease, validateCallOptions } from '../lock.options.js';
-import type { Attempt, AttemptOptions, LeaseKind, LockStore } from '../store/store.js';
+import type { Attempt, AttemptOptions, LeaseKind, LockStore, Turn } from '../store/store.js';
 import { clockDrift, type LeaseGrant } from './held-lease.js';
-import { LocalLines } from './local-line.js';
+import { lineOf, localLines } from './local-line.js';
 import { waitForLease } from './wait-for-lease.js';
 
 /** One lease to take: a lock key or a semaphore name, and how the store takes and gives it back. */
@@ -16,9 +16,6 @@ export interface LeaseRequest {
   attempt(token: string, ttl: number, options: AttemptOptions): Promise<Attempt>;
   release(token: string): Promise<boolean>;
 }
-
-/** The fair waiters of each store's locks and semaphores in this process. */
-const localLinesOf = new WeakMap<LockStore, LocalLines>();
 
 /**
  * Validates a request's options and takes the lease: fair requests first wait for their turn
@@ -39,18 +36,18 @@ export async function acquireLease(
   const start = performance.now();
 
   // A single attempt (timeout 0) queues nowhere.
+  const lines = localLines(store);
+  const line = lineOf(kind, id);
   let leaveLocalLine: (() => void) | null = null;
   let queuedLocally = false;
   if (fair && policy.timeout > 0) {
-    let lines = localLinesOf.get(store);
-    if (lines === undefined) localLinesOf.set(store, (lines = new LocalLines()));
-    const line = `${kind}\0${id}`;
     queuedLocally = lines.isBusy(line);
     leaveLocalLine = await lines.enter(line, start + policy.timeout, options.signal);
     if (leaveLocalLine === null) return { waited: performance.now() - start };
   }
   // Opened before the first attempt: a lease handed over while an attempt is on its way is kept.
   const turn = store.openTurn(kind, id, token);
+  if (leaveLocalLine) lines.waitsOnStore(line, token, start);
   try {
     // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
     const liveness = 2 * (policy.maxStep + commandTimeout);
@@ -66,6 +63,36 @@ export async function acquireLease(
       await request.release(token).catch(() => undefined);
       return true;
     };
+    // A holder of this process passes the lock to this waiter when it releases (see LocalLines): wait
+    // for that rather than join the store's line. The release is sent after this wait began. (Not for
+    // a semaphore: another of its permits may be free now.)
+    if (leaveLocalLine && kind === 'lock' && lines.expectsPass(line, token)) {
+      const waitStart = performance.now();
+      const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart));
+      const fence = await waitForPass(
+        turn,
+        limit,
+        (notPassed) => lines.onNotPassed(line, token, notPassed),
+        options.signal,
+      );
+      if (fence > 0) {
+        if (options.signal?.aborted) {
+          // Passed as the caller gave up: nobody will use it.
+          await request.release(token).catch(() => undefined);
+          throw options.signal.reason;
+        }
+        lines.won(line, token);
+        const handover = Math.min(store.handoverLease, policy.ttl);
+        return {
+          token,
+          ttl: policy.ttl,
+          fence,
+          sentAt: waitStart,
+          serverTtl: handover,
+          elapsed: performance.now() - start,
+        };
+      }
+    }
     const won = await waitForLease(
       {
         attempt: async (join, inLine) => {
@@ -94,6 +121,7 @@ export async function acquireLease(
       options.signal,
     );
     if (won === null) return { waited: performance.now() - start };
+    if (leaveLocalLine) lines.won(line, token);
     return {
       token,
       ttl: policy.ttl,
@@ -105,6 +133,34 @@ export async function acquireLease(
   } finally {
     turn.close();
     leaveLocalLine?.();
+  }
+}
+
+/**
+ * Waits on `turn` for up to `limit` ms for a lease passed on by a release of this process: resolves
+ * with its fence, or 0 when the release did not pass it (`onNotPassed`), on a wake-up, or when the
+ * time is up. Rejects with the signal's reason on abort.
+ */
+async function waitForPass(
+  turn: Turn,
+  limit: number,
+  onNotPassed: (notPassed: (() => void) | undefined) => void,
+  signal?: AbortSignal,
+): Promise<number> {
+  const ended = new AbortController();
+  const notPassed = new Error('not passed');
+  const forwardAbort = () => ended.abort(signal!.reason);
+  if (signal?.aborted) throw signal.reason;
+  signal?.addEventListener('abort', forwardAbort, { once: true });
+  onNotPassed(() => ended.abort(notPassed));
+  try {
+    return await turn.wait({ limit, step: limit }, ended.signal);
+  } catch (error) {
+    if (error === notPassed) return 0;
+    throw error;
+  } finally {
+    signal?.removeEventListener('abort', forwardAbort);
+    onNotPassed(undefined);
   }
 }
 

@@ -1,6 +1,7 @@
 import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
 import { duration } from '../lock.options.js';
-import type { LeaseKind, LockStore } from '../store/store.js';
+import type { LeaseKind, LockStore, Successor } from '../store/store.js';
+import { lineOf, localLines } from './local-line.js';
 import type { Watchdog } from './watchdog.js';
 
 /** What the wait loop hands over when a lease is won. */
@@ -154,12 +155,14 @@ export class HeldLease {
     if (this.state === 'released') return false;
     this.state = 'released';
     this.watchdog.untrack(this);
-    const giveBack = () =>
+    // The first waiter of this process, if any, may take the lease over in the same step (not when
+    // retried later: by then it waits in the store's line like any other).
+    const giveBack = (successor?: Successor) =>
       this.kind === 'lock'
-        ? this.store.releaseLock(this.id, this.token)
-        : this.store.releasePermit(this.id, this.token);
+        ? this.store.releaseLock(this.id, this.token, successor)
+        : this.store.releasePermit(this.id, this.token, successor);
     try {
-      return await giveBack();
+      return await giveBack(localLines(this.store).successor(lineOf(this.kind, this.id), this.token));
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
       const serverDeadline = this.validUntil + clockDrift(this.leaseTtl);

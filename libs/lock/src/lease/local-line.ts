@@ -1,16 +1,55 @@
+import type { LockStore, Successor } from '../store/store.js';
+
 interface Turn {
   /** Gives the turn to this waiter. */
   start(): void;
 }
 
 /**
+ * The waiter of this process whose turn it is: it waits on the store, in the store's own line
+ * across processes.
+ */
+interface Head {
+  token: string;
+  /** `performance.now()` at which it started waiting. */
+  since: number;
+  /** Set while it waits for a holder of this process to pass it the lease: ends that wait. */
+  notPassed?: () => void;
+}
+
+interface Line {
+  /** The waiters after the head, in order of arrival. */
+  waiting: Turn[];
+  head?: Head;
+  /** `performance.now()` at which this process last took the lease from the store's line (or found it free). */
+  tenureStart: number;
+  /** Leases passed from one waiter of this process to the next since `tenureStart`. */
+  passes: number;
+  /** The waiter the last release of this process passed the lease to. */
+  passedTo?: string;
+  /** The token of the lease a waiter of this line took and has not released yet. */
+  holder?: string;
+}
+
+/**
+ * At most this many times in a row a lease goes from a holder to a waiter of its own process ahead
+ * of the store's line: waiters of other processes wait at most that many extra sections.
+ */
+const MAX_PASSES_IN_A_ROW = 16;
+
+/**
  * The fair waiters of one process, per lock or semaphore, in order of arrival: only the first of
- * each line waits on the store (and in the store's own line, across processes); the others wait
- * here, without a timer or a round trip each, until the one before them is done waiting.
+ * each line (the head) waits on the store (and in the store's own line, across processes); the
+ * others wait here, without a timer or a round trip each, until the one before them is done.
+ *
+ * A release in this process passes the lease straight to the head when the head was already waiting
+ * when this process took the lease from the store (a cohort, as NUMA locks batch the waiters of one
+ * node): it costs the release alone — no message to another process, no attempt — and waiters of
+ * other processes, which arrived later than the head or are served after a bounded run of such
+ * passes, keep their order between processes.
  */
 export class LocalLines {
-  /** Line key → the waiters after the one whose turn it is. */
-  private readonly lines = new Map<string, Turn[]>();
+  private readonly lines = new Map<string, Line>();
 
   /** Whether a waiter of this process holds the turn of `line` now (a newcomer would queue). */
   isBusy(line: string): boolean {
@@ -23,11 +62,12 @@ export class LocalLines {
    * must call `leave()` when it stops waiting, won or not, so that the next one gets its turn.
    */
   enter(line: string, deadline: number, signal?: AbortSignal): Promise<(() => void) | null> {
-    const waiting = this.lines.get(line);
-    if (waiting === undefined) {
-      this.lines.set(line, []);
+    const existing = this.lines.get(line);
+    if (existing === undefined) {
+      this.lines.set(line, { waiting: [], tenureStart: -Infinity, passes: 0 });
       return Promise.resolve(this.leaver(line));
     }
+    const { waiting } = existing;
     return new Promise((resolve, reject) => {
       const onAbort = () => {
         dropOut();
@@ -59,14 +99,92 @@ export class LocalLines {
     });
   }
 
+  /** The head of `line` waits on the store now, as `token`, since `since`. */
+  waitsOnStore(line: string, token: string, since: number): void {
+    const state = this.lines.get(line);
+    if (state) state.head = { token, since };
+  }
+
+  /** The head of `line` took the lease: passed on by a release of this process, or from the store. */
+  won(line: string, token: string): void {
+    const state = this.lines.get(line);
+    if (state === undefined) return;
+    state.holder = token;
+    if (state.passedTo === token) {
+      state.passes++;
+    } else {
+      state.tenureStart = performance.now();
+      state.passes = 0;
+    }
+    state.passedTo = undefined;
+  }
+
+  /**
+   * Whether the head `token` of `line` may count on the lease being passed to it by the holder of
+   * this process (it was waiting when this process took the lease), rather than join the store's line.
+   */
+  expectsPass(line: string, token: string): boolean {
+    const state = this.lines.get(line);
+    return state?.head?.token === token && state.holder !== undefined && this.mayJump(state, state.head);
+  }
+
+  /** While the head `token` of `line` waits for a pass: `notPassed` ends that wait if the release does not pass. */
+  onNotPassed(line: string, token: string, notPassed: (() => void) | undefined): void {
+    const head = this.lines.get(line)?.head;
+    if (head?.token === token) head.notPassed = notPassed;
+  }
+
+  /**
+   * Whom a release of `line` by `holder` should pass the lease to: the head, when it may go ahead
+   * of the store's line (`jump`), or else only when nobody else waits there.
+   */
+  successor(line: string, holder: string): Successor | undefined {
+    const state = this.lines.get(line);
+    if (state?.holder === holder) state.holder = undefined;
+    const head = state?.head;
+    if (state === undefined || head === undefined || head.token === holder) return undefined;
+    const jump = this.mayJump(state, head);
+    return {
+      token: head.token,
+      jump,
+      passed: (fence) => {
+        // Passed ahead of the line: one more pass of this tenure. Passed as first in line (or with
+        // nobody there): as good as taken from the store's line, a new tenure.
+        if (fence > 0 && jump) state.passedTo = head.token;
+        if (fence === 0) head.notPassed?.();
+      },
+    };
+  }
+
+  private mayJump(state: Line, head: Head): boolean {
+    return head.since < state.tenureStart && state.passes < MAX_PASSES_IN_A_ROW;
+  }
+
   private leaver(line: string): () => void {
     let left = false;
     return () => {
       if (left) return;
       left = true;
-      const next = this.lines.get(line)?.shift();
+      const state = this.lines.get(line);
+      if (state === undefined) return;
+      state.head = undefined;
+      const next = state.waiting.shift();
       if (next) next.start();
       else this.lines.delete(line);
     };
   }
+}
+
+const localLinesOf = new WeakMap<LockStore, LocalLines>();
+
+/** The fair waiters of `store`'s locks and semaphores in this process. */
+export function localLines(store: LockStore): LocalLines {
+  let lines = localLinesOf.get(store);
+  if (lines === undefined) localLinesOf.set(store, (lines = new LocalLines()));
+  return lines;
+}
+
+/** The local line of a lock or semaphore. */
+export function lineOf(kind: string, id: string): string {
+  return `${kind}\0${id}`;
 }

@@ -49,6 +49,17 @@ export class WakeUps {
     return turn;
   }
 
+  /**
+   * A release of this process handed the lease to the waiter `token` (see `Successor`): told as a
+   * handover message would tell it. `false` when that waiter's turn is closed (it stopped waiting).
+   */
+  handOver(channel: string, token: string, fence: number): boolean {
+    const turn = this.turns.get(token);
+    if (turn?.channel !== channel) return false;
+    turn.handed(fence);
+    return true;
+  }
+
   /** Called by a turn that closes. */
   forget(turn: RedisTurn): void {
     if (this.turns.get(turn.token) === turn) this.turns.delete(turn.token);

@@ -132,6 +132,18 @@ return {0, redis.call('PTTL', lease), lastFence()}
 );
 
 /**
+ * Whether a release may hand its lease to the successor its caller names: when the successor may go
+ * ahead of the line, is first in it, or nobody is in line. Needs `prelude`.
+ */
+const successorFirst = `
+local function successorFirst(successor, jump)
+  if jump then return true end
+  local first = redis.call('ZRANGE', line, 0, 0)[1]
+  return not first or first == successor
+end
+`;
+
+/**
  * What follows a lock's release (by its holder or an operator); needs `prelude`: the lock goes to the
  * first fair waiter in line, set to its token for a handover lease it extends once told, or is freed
  * and the other waiters are woken.
@@ -152,29 +164,37 @@ end
 `;
 
 /**
- * Releases the lock if the token holds it: hands it straight to the first fair waiter in line
- * (the lock is set to that waiter's token for a short handover lease, which the waiter extends to
- * its own ttl once told), or frees it and wakes the other waiters. A token that does not hold the
- * lock leaves the line (a waiter giving up).
+ * Releases the lock if the token holds it: hands it to a successor the caller names (a waiter of the
+ * same process, whose turn is open: see `Successor`) — if it may go ahead of the line, or is first
+ * in it, or nobody is in line — without a message, since the caller tells it; else straight to the
+ * first fair waiter in line (the lock is set to that waiter's token for a short handover lease, which
+ * the waiter extends to its own ttl once told), or frees it and wakes the other waiters. A token
+ * that does not hold the lock leaves the line (a waiter giving up).
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
- * ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel.
- * Returns 1 if the token held the lock, else 0.
+ * ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] successor token or
+ * '', ARGV[5] '1' if the successor may go ahead of the line.
+ * Returns {1 if the token held the lock else 0, the fence of the lease handed to the successor or 0}.
  */
 export const releaseLockScript = script(
   'releaseLock',
   4,
-  `${prelude}${lockPassOn}
-local token = ARGV[1]
+  `${prelude}${lockPassOn}${successorFirst}
+local token, successor = ARGV[1], ARGV[4]
 if redis.call('GET', lease) ~= token then
   leaveLine(token)
-  return 0
+  return {0, 0}
+end
+if successor ~= '' and successorFirst(successor, ARGV[5] == '1') then
+  redis.call('SET', lease, successor, 'PX', ARGV[2])
+  leaveLine(successor)
+  return {1, nextFence()}
 end
 if redis.call('EXISTS', alive) == 0 then
   redis.call('DEL', lease)
-  return 1
+  return {1, 0}
 end
 passOn(ARGV[2], ARGV[3])
-return 1
+return {1, 0}
 `,
 );
 
@@ -267,25 +287,35 @@ return {0, first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
 
 /**
  * Gives a permit back (a permit whose lease already ran out is dropped but reported as not ours),
- * then hands the freed permit to the first fair waiter in line, or wakes the other waiters. A token
- * that holds no permit leaves the line (a waiter giving up).
+ * then hands the freed permit to the successor the caller names (as `releaseLockScript` does), or to
+ * the first fair waiter in line, or wakes the other waiters. A token that holds no permit leaves the
+ * line (a waiter giving up).
  * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
- * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel.
- * Returns 1 if an unexpired permit was released, else 0.
+ * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] successor token or '',
+ * ARGV[5] '1' if the successor may go ahead of the line.
+ * Returns {1 if an unexpired permit was released else 0, the fence of the permit handed to the
+ * successor or 0}.
  */
 export const releasePermitScript = script(
   'releasePermit',
   4,
-  `${prelude}${permitHandover}
-local token = ARGV[1]
+  `${prelude}${permitHandover}${successorFirst}
+local token, successor = ARGV[1], ARGV[4]
 local deadline = redis.call('ZSCORE', lease, token)
 if not deadline then
   leaveLine(token)
-  return 0
+  return {0, 0}
 end
 redis.call('ZREM', lease, token)
 local nowMs = serverTime()
-if redis.call('EXISTS', alive) == 1 then
+local released = tonumber(deadline) > nowMs and 1 or 0
+local handedFence = 0
+-- A successor whose own attempt took a permit meanwhile gets no second one.
+if successor ~= '' and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[5] == '1') then
+  redis.call('ZADD', lease, nowMs + tonumber(ARGV[2]), successor)
+  leaveLine(successor)
+  handedFence = nextFence()
+elseif redis.call('EXISTS', alive) == 1 then
   dropGoneWaiters(nowMs)
   local first = redis.call('ZRANGE', line, 0, 0)[1]
   if first then
@@ -295,10 +325,7 @@ if redis.call('EXISTS', alive) == 1 then
   end
 end
 ${expireWithLastLease}
-if tonumber(deadline) > nowMs then
-  return 1
-end
-return 0
+return {released, handedFence}
 `,
 );
 

@@ -16,7 +16,16 @@ import {
   releasePermitScript,
 } from './redis.scripts.js';
 import { WakeUps } from './redis-wakeups.js';
-import type { Attempt, AttemptOptions, LeaseKind, LeaseRenewal, LockInspection, LockStore, Turn } from './store.js';
+import type {
+  Attempt,
+  AttemptOptions,
+  LeaseKind,
+  LeaseRenewal,
+  LockInspection,
+  LockStore,
+  Successor,
+  Turn,
+} from './store.js';
 
 export interface RedisStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */
@@ -61,9 +70,8 @@ export class RedisStore implements LockStore {
     return this.attempt(acquireLockScript, 'lock', key, [token, toMillis(ttl)], options);
   }
 
-  async releaseLock(key: string, token: string): Promise<boolean> {
-    const args = [token, this.handoverLease, this.channelOf('lock', key)];
-    return (await this.runScript(releaseLockScript, key, this.keysOf('lock', key), args)) === 1;
+  async releaseLock(key: string, token: string, successor?: Successor): Promise<boolean> {
+    return this.release(releaseLockScript, 'lock', key, token, successor);
   }
 
   async extendLock(key: string, token: string, ttl: number): Promise<boolean> {
@@ -84,9 +92,8 @@ export class RedisStore implements LockStore {
     return this.attempt(acquirePermitScript, 'semaphore', name, [token, limit, toMillis(ttl)], options);
   }
 
-  async releasePermit(name: string, token: string): Promise<boolean> {
-    const args = [token, this.handoverLease, this.channelOf('semaphore', name)];
-    return (await this.runScript(releasePermitScript, name, this.keysOf('semaphore', name), args)) === 1;
+  async releasePermit(name: string, token: string, successor?: Successor): Promise<boolean> {
+    return this.release(releasePermitScript, 'semaphore', name, token, successor);
   }
 
   openTurn(kind: LeaseKind, id: string, token: string): Turn {
@@ -156,6 +163,35 @@ export class RedisStore implements LockStore {
   /** Subscribed wake-up channels right now (they are dropped shortly after their last waiter left). */
   get subscribedChannels(): number {
     return this.wakeUps.subscribedChannels;
+  }
+
+  /** A lock's or permit's release; a lease it handed to `successor` is delivered to its turn here. */
+  private async release(
+    script: RedisScript,
+    kind: LeaseKind,
+    id: string,
+    token: string,
+    successor?: Successor,
+  ): Promise<boolean> {
+    const channel = this.channelOf(kind, id);
+    const args = [token, this.handoverLease, channel, successor?.token ?? '', successor?.jump ? '1' : '0'];
+    let handedFence = 0;
+    try {
+      const [held, fence] = (await this.runScript(script, id, this.keysOf(kind, id), args)) as [number, number];
+      handedFence = Number(fence);
+      return Number(held) === 1;
+    } finally {
+      if (successor !== undefined) this.passOn(script, kind, id, successor, handedFence);
+    }
+  }
+
+  /** Tells `successor` how the release that named it went; a lease it was handed goes to its turn. */
+  private passOn(script: RedisScript, kind: LeaseKind, id: string, successor: Successor, fence: number): void {
+    successor.passed(fence);
+    if (fence > 0 && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, fence)) {
+      // The successor stopped waiting while the release was on its way: nobody will use its lease.
+      this.release(script, kind, id, successor.token).catch(() => undefined);
+    }
   }
 
   private async attempt(

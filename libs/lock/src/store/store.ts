@@ -19,11 +19,11 @@ export interface LockStore {
   acquireLock(key: string, token: string, ttl: number, options: AttemptOptions): Promise<Attempt>;
 
   /**
-   * Gives `key` back only if it is held by `token` — to the first fair waiter in line, or freed
-   * with a wake-up for the others; `false` when it is not held by `token` (expired or taken), in
-   * which case `token` leaves the line if it waited in it.
+   * Gives `key` back only if it is held by `token` — to `successor` (see `Successor`), or to the first
+   * fair waiter in line, or freed with a wake-up for the others; `false` when it is not held by
+   * `token` (expired or taken), in which case `token` leaves the line if it waited in it.
    */
-  releaseLock(key: string, token: string): Promise<boolean>;
+  releaseLock(key: string, token: string, successor?: Successor): Promise<boolean>;
 
   /** Resets the lease of `key` to `ttl` only if it is held by `token`. */
   extendLock(key: string, token: string, ttl: number): Promise<boolean>;
@@ -37,8 +37,11 @@ export interface LockStore {
    */
   acquirePermit(name: string, token: string, limit: number, ttl: number, options: AttemptOptions): Promise<Attempt>;
 
-  /** Gives the permit back (to the first fair waiter in line); `false` when `token` holds none. */
-  releasePermit(name: string, token: string): Promise<boolean>;
+  /**
+   * Gives the permit back (to `successor`, or to the first fair waiter in line); `false` when `token`
+   * holds none.
+   */
+  releasePermit(name: string, token: string, successor?: Successor): Promise<boolean>;
 
   /** Resets the lease of `token`'s permit to `ttl`; `false` when it holds none. */
   extendPermit(name: string, token: string, ttl: number): Promise<boolean>;
@@ -101,6 +104,23 @@ export interface AttemptOptions {
   liveness: number;
   /** This waiter joined the line on an earlier attempt (a first attempt has nothing to leave). */
   inLine: boolean;
+}
+
+/**
+ * A waiter of this process, with its turn open, that a release may hand the lease to directly: the
+ * store hands it over in the same step and tells the waiter's turn itself, without a message. A
+ * successor that is gone by then gets the lease given back at once. A store of one process may
+ * ignore it (its waiters are in one line already).
+ */
+export interface Successor {
+  token: string;
+  /** It may go ahead of the waiters in the store's line; else it gets the lease only when it is first there, or nobody waits. */
+  jump: boolean;
+  /**
+   * Called once the release is done: with the fence of the lease handed to it (before its turn is
+   * told), or 0 when the release did not hand it the lease (or failed).
+   */
+  passed(fence: number): void;
 }
 
 /** One waiter's view of the releases of one lock or semaphore (`LockStore.openTurn`). */
