@@ -5,9 +5,5 @@ import base from './jest.config.js';
  * independent masters started from the redis-server binary, see test/support/topologies.ts.
  * Same settings as jest.config.js, whose regex does not match `*.topology-spec.ts`.
  */
-const settings = { ...base, roots: ['<rootDir>/test'], testRegex: '\\.topology-spec\\.ts$', testTimeout: 120_000 };
-// These specs run no child process on the built library: no build step (jest.config.js's
-// globalSetup) until one does.
-delete settings.globalSetup;
-
-export default settings;
+// Their worker processes run the built library, as in jest.config.js (its globalSetup builds it).
+export default { ...base, roots: ['<rootDir>/test'], testRegex: '\\.topology-spec\\.ts$', testTimeout: 120_000 };

@@ -198,6 +198,27 @@ describe('LockModule', () => {
       ['an unknown option', { ttl: 5 } as never, 'ttl'],
       ['a URL that is not redis://', { redis: 'http://localhost:6379' }, 'redis'],
       ['a redis option of the wrong type', { redis: 6379 as never }, 'redis'],
+      ['a cluster without nodes', { redis: { cluster: { nodes: [] } } }, 'redis.cluster.nodes'],
+      [
+        'a cluster node that is not a URL',
+        { redis: { cluster: { nodes: ['localhost:7000'] } } },
+        'redis.cluster.nodes',
+      ],
+      [
+        'a cluster node without a port',
+        { redis: { cluster: { nodes: [{ host: 'a' } as never] } } },
+        'redis.cluster.nodes',
+      ],
+      [
+        'a misspelt cluster option',
+        { redis: { cluster: { nodes: ['redis://a:1'], option: {} } as never } },
+        'redis.cluster.option',
+      ],
+      [
+        'cluster options of the wrong type',
+        { redis: { cluster: { nodes: ['redis://a:1'], options: 1 as never } } },
+        'redis.cluster.options',
+      ],
       ['commandTimeout 0', { commandTimeout: 0 }, 'commandTimeout'],
       ["store 'memory' together with redis", { store: 'memory', redis: 'redis://127.0.0.1:1' }, 'store'],
       ["store 'redis' without redis", { store: 'redis' }, 'redis'],

@@ -13,7 +13,7 @@ function scriptOf(name: string): string {
 /** Runs `test/support/workers/<name>.mjs` in `count` child processes at once; resolves with each one's JSON output. */
 export async function runWorkers<T>(name: string, count: number, args: (string | number)[]): Promise<T[]> {
   const runs = Array.from({ length: count }, () =>
-    run(process.execPath, [scriptOf(name), ...args.map(String)], { timeout: 120_000 }),
+    run(process.execPath, [scriptOf(name), ...args.map(String)], { timeout: 120_000, maxBuffer: 64 * 1024 * 1024 }),
   );
   return (await Promise.all(runs)).map(({ stdout }) => JSON.parse(stdout) as T);
 }

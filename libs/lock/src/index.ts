@@ -15,6 +15,7 @@ export type {
   LockErrorBody,
   LockModuleOptions,
   LockOptions,
+  RedisClusterOption,
   ResolvedModuleOptions,
   SemaphoreOptions,
 } from './lock.options.js';

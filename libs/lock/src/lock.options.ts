@@ -1,5 +1,5 @@
 import type { ExecutionContext, LoggerService } from '@nestjs/common';
-import type { Cluster, Redis, RedisOptions } from 'ioredis';
+import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import { InvalidArgumentError, type LockError, type LockLostError } from './lock.errors.js';
 
 /**
@@ -46,14 +46,24 @@ export interface LockOptions extends LeaseOptions {
   token?: string;
 }
 
+/** A Redis Cluster the module connects to: its seed nodes and ioredis `ClusterOptions`. */
+export interface RedisClusterOption {
+  cluster: {
+    /** Seed nodes: `redis://host:port` URLs, or `{ host, port }`. */
+    nodes: (string | { host?: string; port: number })[];
+    options?: ClusterOptions;
+  };
+}
+
 export interface LockModuleOptions {
   /**
-   * Redis URL, ioredis options, or an existing ioredis client / cluster.
+   * Redis URL, ioredis options (Sentinel's `{ sentinels, name }` included), `{ cluster: { nodes,
+   * options } }` for a Redis Cluster the module connects to, or an existing ioredis client / cluster.
    * Without it — or `undefined`, as an unset `process.env.REDIS_URL` is — the module uses the
    * embedded memory store (one process only), and says so at start. A client passed in is never
    * closed by the module.
    */
-  redis?: string | RedisOptions | Redis | Cluster | undefined;
+  redis?: string | RedisOptions | RedisClusterOption | Redis | Cluster | undefined;
   /**
    * Which store to use, said on purpose: `'memory'` is the embedded store without the start-up
    * warning (unit tests, one-process tools), and cannot be combined with `redis`; `'redis'` refuses
@@ -348,11 +358,44 @@ function validateRedisOption(redis: unknown): void {
     if (protocol !== 'redis:' && protocol !== 'rediss:') {
       throw new InvalidArgumentError('redis', `must be a redis:// or rediss:// URL, got "${redis}"`);
     }
+  } else if (isClusterOption(redis)) {
+    validateClusterOption(redis.cluster);
   } else if (!isRedisClient(redis) && !isPlainObject(redis)) {
     throw new InvalidArgumentError(
       'redis',
-      `must be a URL, ioredis options or an ioredis client, got ${describe(redis)}`,
+      `must be a URL, ioredis options, { cluster: { nodes } } or an ioredis client, got ${describe(redis)}`,
     );
+  }
+}
+
+/** `{ cluster: … }`: the module connects to a Redis Cluster. */
+export function isClusterOption(redis: unknown): redis is RedisClusterOption {
+  return isPlainObject(redis) && !isRedisClient(redis) && Object.hasOwn(redis as object, 'cluster');
+}
+
+function validateClusterOption(cluster: unknown): void {
+  if (!isPlainObject(cluster)) {
+    throw new InvalidArgumentError('redis.cluster', `must be { nodes, options? }, got ${describe(cluster)}`);
+  }
+  rejectUnknownNames('redis.cluster.', cluster as object, new Set(['nodes', 'options']));
+  const { nodes, options } = cluster as { nodes?: unknown; options?: unknown };
+  if (!Array.isArray(nodes) || nodes.length === 0) {
+    throw new InvalidArgumentError('redis.cluster.nodes', `must list at least one node, got ${describe(nodes)}`);
+  }
+  for (const node of nodes) {
+    const valid =
+      typeof node === 'string'
+        ? /^rediss?:\/\//.test(node)
+        : isPlainObject(node) && Number.isInteger((node as { port?: unknown }).port);
+    if (!valid) {
+      throw new InvalidArgumentError(
+        'redis.cluster.nodes',
+        `each node must be a redis:// URL or { host, port }, got ${describe(node)}`,
+      );
+    }
+  }
+  if (options !== undefined && !isPlainObject(options)) {
+    throw new InvalidArgumentError('redis.cluster.options', `must be ioredis ClusterOptions, got ${describe(options)}`);
   }
 }
 

@@ -1,13 +1,19 @@
 // What every child-process worker shares: a Nest application context with the built library
 // on Redis (as a user's app would import it), a plain client, and a start line.
 import { NestFactory } from '@nestjs/core';
-import { Redis } from 'ioredis';
+import { Cluster, Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
 import { LockModule, LockService, SemaphoreService } from '../../../libs/lock/dist/index.js';
 
-export async function startWorkerApp(url) {
-  const app = await NestFactory.createApplicationContext(LockModule.forRoot({ redis: url }), { logger: false });
-  const redis = new Redis(url);
+/**
+ * `target`: a redis:// URL, or `cluster:<host:port>,<host:port>…` for a Redis Cluster (the module
+ * connects with `{ cluster: { nodes } }`, the plain client is an ioredis Cluster).
+ */
+export async function startWorkerApp(target) {
+  const nodes = target.startsWith('cluster:') ? target.slice('cluster:'.length).split(',') : undefined;
+  const redisOption = nodes ? { cluster: { nodes: nodes.map((node) => `redis://${node}`) } } : target;
+  const app = await NestFactory.createApplicationContext(LockModule.forRoot({ redis: redisOption }), { logger: false });
+  const redis = nodes ? new Cluster(nodes.map((node) => `redis://${node}`)) : new Redis(target);
   return {
     locks: app.get(LockService),
     semaphores: app.get(SemaphoreService),

@@ -1,4 +1,5 @@
-import type { Redis, RedisOptions } from 'ioredis';
+import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
+import { isClusterOption, type RedisClusterOption } from '../lock.options.js';
 import { InvalidArgumentError } from '../lock.errors.js';
 
 /**
@@ -22,9 +23,10 @@ const MODULE_CLIENT_DEFAULTS: RedisOptions = {
  * ioredis is an optional peer dependency: an application on the memory store need not install
  * it, so it is loaded only here, when the module is to open a connection.
  */
-async function loadRedisClass(): Promise<typeof Redis> {
+async function loadIoredis(): Promise<{ Redis: typeof Redis; Cluster: typeof Cluster }> {
   try {
-    return (await import('ioredis')).Redis;
+    const { Redis, Cluster } = await import('ioredis');
+    return { Redis, Cluster };
   } catch (error) {
     const { code, message } = error as { code?: unknown; message?: unknown };
     const notFound = code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND';
@@ -34,16 +36,40 @@ async function loadRedisClass(): Promise<typeof Redis> {
   }
 }
 
+/**
+ * A cluster client of the module's own: the same rule for each node's connection, and no queue for
+ * commands while the cluster is down. A command that meets a slot move (MOVED / ASK) or a failover
+ * (CLUSTERDOWN, TRYAGAIN) is redirected or retried by ioredis; the wait loop retries what fails
+ * within the caller's timeout.
+ */
+const MODULE_CLUSTER_DEFAULTS: ClusterOptions = {
+  lazyConnect: true,
+  enableOfflineQueue: false,
+  retryDelayOnFailover: 100,
+  retryDelayOnClusterDown: 100,
+  retryDelayOnTryAgain: 100,
+  clusterRetryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
+};
+
 /** Opens the module's own client and logs each outage once rather than every reconnect attempt. */
 export async function connectModuleClient(
-  redis: string | RedisOptions,
+  redis: string | RedisOptions | RedisClusterOption,
   logger: { log(message: string): void; warn(message: string): void },
-): Promise<Redis> {
-  const RedisClient = await loadRedisClass();
-  const client =
-    typeof redis === 'string'
-      ? new RedisClient(redis, MODULE_CLIENT_DEFAULTS)
-      : new RedisClient({ ...MODULE_CLIENT_DEFAULTS, ...redis });
+): Promise<Redis | Cluster> {
+  const ioredis = await loadIoredis();
+  let client: Redis | Cluster;
+  if (typeof redis === 'string') {
+    client = new ioredis.Redis(redis, MODULE_CLIENT_DEFAULTS);
+  } else if (isClusterOption(redis)) {
+    const { nodes, options = {} } = redis.cluster;
+    client = new ioredis.Cluster(nodes, {
+      ...MODULE_CLUSTER_DEFAULTS,
+      ...options,
+      redisOptions: { ...MODULE_CLIENT_DEFAULTS, lazyConnect: false, ...options.redisOptions },
+    });
+  } else {
+    client = new ioredis.Redis({ ...MODULE_CLIENT_DEFAULTS, ...redis });
+  }
 
   let reachable = true;
   client.on('error', (error: Error) => {

@@ -40,7 +40,15 @@ export class WakeUps {
   private connectionLost = false;
   private closed = false;
 
-  constructor(private readonly client: Redis | Cluster) {}
+  /**
+   * On a Redis Cluster whose ioredis supports it, the channels are sharded (SSUBSCRIBE to the
+   * primary of their slot, where the scripts SPUBLISH), so a message never crosses the cluster bus.
+   */
+  readonly sharded: boolean;
+
+  constructor(private readonly client: Redis | Cluster) {
+    this.sharded = isCluster(client) && supportsShardedSubscribers(client);
+  }
 
   /** See `LockStore.openTurn`: subscribes nothing until the turn first waits. */
   openTurn(channel: string, token: string): Turn {
@@ -131,19 +139,18 @@ export class WakeUps {
 
   /** Subscribes `name`; once that stands, its waiters look again (a release may have come unheard). */
   private subscribe(name: string, subscription: Channel): void {
-    this.connection()
-      .subscribe(name)
-      .then(
-        () => {
-          if (this.closed) return;
-          // Dropped while SUBSCRIBE was on its way (nobody waited any more): unsubscribed now, unless it is wanted again.
-          if (this.channels.get(name) === undefined) this.subscriber?.unsubscribe(name).catch(() => undefined);
-          if (this.channels.get(name) !== subscription) return;
-          subscription.ready = true;
-          wakeAll(subscription);
-        },
-        () => undefined, // the waiters go on polling with their step; the next 'ready' subscribes again
-      );
+    const connection = this.connection();
+    (this.sharded ? connection.ssubscribe(name) : connection.subscribe(name)).then(
+      () => {
+        if (this.closed) return;
+        // Dropped while SUBSCRIBE was on its way (nobody waited any more): unsubscribed now, unless it is wanted again.
+        if (this.channels.get(name) === undefined) this.unsubscribe(name);
+        if (this.channels.get(name) !== subscription) return;
+        subscription.ready = true;
+        wakeAll(subscription);
+      },
+      () => undefined, // the waiters go on polling with their step; the next 'ready' subscribes again
+    );
   }
 
   private leave(name: string, subscription: Channel, waiter: Waiter): void {
@@ -152,8 +159,14 @@ export class WakeUps {
     subscription.linger = setTimeout(() => {
       if (subscription.waiters.size > 0 || this.channels.get(name) !== subscription) return;
       this.channels.delete(name);
-      if (subscription.ready) this.subscriber?.unsubscribe(name).catch(() => undefined);
+      if (subscription.ready) this.unsubscribe(name);
     }, LINGER_MS).unref();
+  }
+
+  private unsubscribe(name: string): void {
+    const subscriber = this.subscriber;
+    if (subscriber === undefined) return;
+    (this.sharded ? subscriber.sunsubscribe(name) : subscriber.unsubscribe(name)).catch(() => undefined);
   }
 
   private connection(): Redis | Cluster {
@@ -163,13 +176,27 @@ export class WakeUps {
       // reconnect it subscribes again itself (not ioredis's autoResubscribe), so that it knows when
       // each channel stands again.
       const settings = { enableOfflineQueue: true, autoResubscribe: false, lazyConnect: false };
-      const subscriber: Redis | Cluster = isCluster(this.client)
-        ? this.client.duplicate(undefined, { redisOptions: settings })
-        : this.client.duplicate(settings);
+      let subscriber: Redis | Cluster;
+      if (this.sharded) {
+        // ioredis keeps one subscriber per primary and subscribes the channels again after a slot
+        // move or a failover ('subscribersReady'); a shard's subscriber that ends is a '-node'.
+        subscriber = (this.client as Cluster).duplicate(undefined, {
+          shardedSubscribers: true,
+          enableOfflineQueue: true,
+          lazyConnect: false,
+        });
+        subscriber.on('smessage', (channel: string, message: string) => this.deliver(channel, message));
+        subscriber.on('-node', () => this.lost());
+        subscriber.on('subscribersReady', () => this.resubscribed());
+      } else {
+        subscriber = isCluster(this.client)
+          ? this.client.duplicate(undefined, { redisOptions: settings })
+          : this.client.duplicate(settings);
+        subscriber.on('message', (channel: string, message: string) => this.deliver(channel, message));
+        subscriber.on('close', () => this.lost());
+        subscriber.on('ready', () => this.reconnected());
+      }
       subscriber.on('error', () => undefined); // the lock client reports outages; waiters fall back to their steps
-      subscriber.on('message', (channel: string, message: string) => this.deliver(channel, message));
-      subscriber.on('close', () => this.lost());
-      subscriber.on('ready', () => this.reconnected());
       this.subscriber = subscriber;
     }
     return this.subscriber;
@@ -188,6 +215,16 @@ export class WakeUps {
     if (this.closed || !this.connectionLost) return;
     this.connectionLost = false;
     for (const [name, subscription] of this.channels) this.subscribe(name, subscription);
+  }
+
+  /** ioredis subscribed the sharded channels again: messages reach the waiters, who look again at once. */
+  private resubscribed(): void {
+    if (this.closed || !this.connectionLost) return;
+    this.connectionLost = false;
+    for (const [, subscription] of this.channels) {
+      subscription.ready = true;
+      wakeAll(subscription);
+    }
   }
 
   private deliver(name: string, message: string): void {
@@ -245,4 +282,12 @@ function wakeAll(subscription: Channel): void {
 
 function isCluster(client: Redis | Cluster): client is Cluster {
   return (client as { isCluster?: boolean }).isCluster === true;
+}
+
+/** ioredis 6 (and late 5.x) keep a subscriber per shard for SSUBSCRIBE (`shardedSubscribers`); older ones do not. */
+function supportsShardedSubscribers(cluster: Cluster): boolean {
+  return (
+    typeof (cluster as unknown as { createShardedSubscriberGroup?: unknown }).createShardedSubscriberGroup ===
+    'function'
+  );
 }

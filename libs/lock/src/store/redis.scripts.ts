@@ -12,6 +12,22 @@ function script(name: string, numberOfKeys: number, source: string): RedisScript
   return { name, numberOfKeys, source, sha: createHash('sha1').update(source).digest('hex') };
 }
 
+const shardedVariants = new Map<RedisScript, RedisScript>();
+
+/**
+ * The same script publishing its wake-ups with SPUBLISH, for sharded pub/sub on a Redis Cluster: the
+ * channel shares the hash tag of the script's keys, so it is served by the primary that runs it.
+ */
+export function publishingSharded(original: RedisScript): RedisScript {
+  let variant = shardedVariants.get(original);
+  if (variant === undefined) {
+    const source = original.source.replaceAll("redis.call('PUBLISH'", "redis.call('SPUBLISH'");
+    variant = source === original.source ? original : script(original.name, original.numberOfKeys, source);
+    shardedVariants.set(original, variant);
+  }
+  return variant;
+}
+
 /**
  * What the lock and semaphore scripts share. Every lock or semaphore has, in its hash slot:
  * KEYS[1] the lease (lock string, or the sorted set of permits), KEYS[2] its fence counter,

@@ -11,6 +11,7 @@ import {
   forceReleaseLockScript,
   inspectLockScript,
   listPermitsScript,
+  publishingSharded,
   type RedisScript,
   releaseLockScript,
   releasePermitScript,
@@ -228,7 +229,8 @@ export class RedisStore implements LockStore {
     return (this.client as { isCluster?: boolean }).isCluster === true;
   }
 
-  private runScript(script: RedisScript, key: string, keys: string[], args: (string | number)[]): Promise<unknown> {
+  private runScript(chosen: RedisScript, key: string, keys: string[], args: (string | number)[]): Promise<unknown> {
+    const script = this.wakeUps.sharded ? publishingSharded(chosen) : chosen;
     return this.run(key, script.name, async (timedOut) => {
       try {
         return await this.client.evalsha(script.sha, script.numberOfKeys, ...keys, ...args);

@@ -1,0 +1,192 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Cluster } from 'ioredis';
+import { LockStore, RedisStore } from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
+import { checkHistory, type HoldRecord } from '../support/history.js';
+import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
+import { RedisClusterTopology } from '../support/topologies.js';
+import { command } from '../support/topology-tools.js';
+import { runWorkers } from '../support/workers.js';
+import { execFile } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+const run = promisify(execFile);
+
+/** Runs a worker of test/support/workers to its end. */
+function spawnWorker(name: string, args: string[]): Promise<unknown> {
+  const script = fileURLToPath(new URL(`../support/workers/${name}.mjs`, import.meta.url));
+  return run(process.execPath, [script, ...args], { timeout: 60_000 });
+}
+
+/** What the runs measured, printed once at the end (for docs/DEPLOYMENT.md). */
+const figures: Record<string, unknown> = {};
+afterAll(() => console.log(`cluster figures: ${JSON.stringify(figures)}`));
+
+interface HistoryReport {
+  holds: HoldRecord[];
+  errors: Record<string, number>;
+  slowestCall: number;
+}
+
+/** Keys over many slots: plain, with a `{tag}` (several keys on one slot), and with stray braces. */
+function spreadKeys(label: string, count: number): string[] {
+  const odd = ['{}', '}{', 'a{b', 'x}y', '{tag}:1', '{tag}:2', 'user:{42}:cart', '{{x}}'];
+  const plain = Array.from({ length: count - odd.length }, (_, i) => `${i}`);
+  return [...plain, ...odd].map((key) => `${label}:${key}`);
+}
+
+describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () => {
+  let topology: RedisClusterTopology;
+  let app: LockApp;
+  let target: string;
+
+  beforeAll(async () => {
+    topology = await RedisClusterTopology.start({ primaries: 3, replicasPerPrimary: 1 });
+    const nodes = topology.nodes.map(({ host, port }) => `redis://${host}:${port}`);
+    target = `cluster:${topology.nodes.map(({ host, port }) => `${host}:${port}`).join(',')}`;
+    app = await bootLockModule({ redis: { cluster: { nodes } }, commandTimeout: 1_000 });
+  });
+  afterAll(async () => {
+    await closeLockApp(app);
+    await topology?.stop();
+  });
+
+  const store = () => app.module.get<RedisStore>(LockStore);
+
+  it('locks, extends and releases keys in every slot range, odd braces included, without CROSSSLOT', async () => {
+    const keys = spreadKeys(uniqueKey('spread'), 120);
+    for (const key of keys) {
+      const lock = await app.locks.lock(key, { timeout: 0 });
+      expect(await lock.expire(5_000)).toBe(true);
+      const permit = await app.semaphores.acquire(key, 2, { timeout: 0 });
+      expect(await app.semaphores.count(key)).toBe(1);
+      expect(await permit.release()).toBe(true);
+      expect(await lock.unlock()).toBe(true);
+    }
+    // The fence counters stay: every primary served some of the keys.
+    const primaries = await topology.primaries();
+    const sizes = await Promise.all(primaries.map(({ port }) => command(port, ['DBSIZE'])));
+    expect(sizes.map(Number).every((size) => size > 0)).toBe(true);
+  });
+
+  it('wakes a waiter by a sharded message (SSUBSCRIBE on the primary of its slot), not by polling', async () => {
+    for (const fair of [true, false]) {
+      const key = uniqueKey(`sharded-wake-${fair}`);
+      const holder = await app.locks.lock(key);
+      const waiter = app.locks.lock(key, { fair, step: 5_000, maxStep: 5_000 });
+      const channel = store().channelOf('lock', key);
+      const { port } = await topology.primaryFor(channel);
+      // Subscribed with SSUBSCRIBE on the channel's primary, not with SUBSCRIBE.
+      for (let tries = 0; ; tries++) {
+        const [, shardSubscribers] = (await command(port, ['PUBSUB', 'SHARDNUMSUB', channel])) as [string, number];
+        if (Number(shardSubscribers) === 1 || tries > 100) break;
+        await delay(20);
+      }
+      expect(await command(port, ['PUBSUB', 'SHARDNUMSUB', channel])).toEqual([channel, 1]);
+      expect(await command(port, ['PUBSUB', 'NUMSUB', channel])).toEqual([channel, 0]);
+      await delay(200); // asleep for 5 s unless told
+
+      const releasedAt = performance.now();
+      await holder.unlock();
+      const lock = await waiter;
+
+      expect(performance.now() - releasedAt).toBeLessThan(1_000);
+      await lock.unlock();
+    }
+  });
+
+  it('keeps mutual exclusion across processes with keys on all slots (counters exact)', async () => {
+    const keys = spreadKeys(uniqueKey('exclusion'), 12);
+    const reports = await runWorkers<HistoryReport>('hold-history', 3, [
+      target,
+      keys.join(','),
+      3,
+      4,
+      3_000,
+      10_000,
+      'lock',
+    ]);
+    const holds = reports.flatMap((report) => report.holds);
+    const history = checkHistory(holds);
+
+    expect(history.overlaps).toEqual([]);
+    expect(history.fenceOrder).toEqual([]);
+    expect(reports.flatMap((report) => Object.keys(report.errors))).toEqual([]);
+    // Every counter saw exactly its sections: no lost update.
+    const client = new Cluster(topology.nodes);
+    try {
+      for (const key of keys) {
+        const sections = holds.filter((hold) => hold.key === key).length;
+        expect(Number(await client.get(`${key}:counter`))).toBe(sections);
+      }
+    } finally {
+      client.disconnect();
+    }
+    figures.sectionsPerSecond = Math.round(holds.length / 3);
+  });
+
+  it('never lets more than the limit hold permits across processes, semaphores on all slots', async () => {
+    const names = spreadKeys(uniqueKey('permits'), 10);
+    const reports = await runWorkers<HistoryReport>('hold-history', 3, [
+      target,
+      names.join(','),
+      3,
+      6,
+      3_000,
+      10_000,
+      'semaphore:2',
+    ]);
+    const holds = reports.flatMap((report) => report.holds);
+
+    expect(checkHistory(holds).permitLimit).toEqual([]);
+    expect(reports.flatMap((report) => Object.keys(report.errors))).toEqual([]);
+    // Contended: some name had its two permits held at once.
+    expect(holds.length).toBeGreaterThan(100);
+  });
+
+  it('serves waiters of several processes in the order they arrived', async () => {
+    const key = uniqueKey('order');
+    const holder = await app.locks.lock(key);
+    const client = new Cluster(topology.nodes);
+    try {
+      const line = store().keysOf('lock', key)[2];
+      const labels = ['first', 'second', 'third'];
+      const children = [];
+      for (const [i, label] of labels.entries()) {
+        children.push(spawnWorker('line-up', [target, key, label, 'fair']));
+        while ((await client.zcard(line)) < i + 1) await delay(10);
+      }
+
+      await holder.unlock();
+      await Promise.all(children);
+
+      expect(await client.lrange(`${key}:granted`, 0, -1)).toEqual(labels);
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  it('keeps mutual exclusion and answers every caller within its timeout through a primary failover', async () => {
+    const keys = spreadKeys(uniqueKey('failover'), 12);
+    const timeout = 10_000;
+    const run = runWorkers<HistoryReport>('hold-history', 3, [target, keys.join(','), 3, 4, 8_000, timeout, 'lock']);
+    await delay(2_500);
+    const [replica] = await topology.replicas();
+    figures.manualFailoverMs = await topology.failover(replica);
+    const reports = await run;
+
+    const holds = reports.flatMap((report) => report.holds);
+    const history = checkHistory(holds);
+    expect(history.overlaps).toEqual([]);
+    expect(history.fenceOrder).toEqual([]);
+    // Every call ended within its timeout (plus one command timeout), with a lease or a clean error.
+    const slowest = Math.max(...reports.map((report) => report.slowestCall));
+    expect(slowest).toBeLessThan(timeout + 2_000);
+    const errors = reports.flatMap((report) => Object.keys(report.errors));
+    expect(errors.filter((code) => !['LOCK_TIMEOUT', 'BACKEND_UNAVAILABLE'].includes(code))).toEqual([]);
+    expect(holds.length).toBeGreaterThan(100);
+    figures.failoverErrors = reports.map((report) => report.errors);
+    figures.failoverSlowestCallMs = slowest;
+  });
+});
