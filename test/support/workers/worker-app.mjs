@@ -6,14 +6,13 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { LockModule, LockService, SemaphoreService } from '../../../libs/lock/dist/index.js';
 
 /**
- * `target`: a redis:// URL, or `cluster:<host:port>,<host:port>…` for a Redis Cluster (the module
- * connects with `{ cluster: { nodes } }`, the plain client is an ioredis Cluster).
+ * `target`: a redis:// URL, `cluster:<host:port>,…` for a Redis Cluster (the module connects with
+ * `{ cluster: { nodes } }`, the plain client is an ioredis Cluster), or `sentinel:<name>,<host:port>,…`
+ * for a primary watched by sentinels (`{ sentinels, name }`).
  */
 export async function startWorkerApp(target) {
-  const nodes = target.startsWith('cluster:') ? target.slice('cluster:'.length).split(',') : undefined;
-  const redisOption = nodes ? { cluster: { nodes: nodes.map((node) => `redis://${node}`) } } : target;
+  const [redisOption, redis] = connectionsTo(target);
   const app = await NestFactory.createApplicationContext(LockModule.forRoot({ redis: redisOption }), { logger: false });
-  const redis = nodes ? new Cluster(nodes.map((node) => `redis://${node}`)) : new Redis(target);
   return {
     locks: app.get(LockService),
     semaphores: app.get(SemaphoreService),
@@ -23,6 +22,26 @@ export async function startWorkerApp(target) {
       await app.close();
     },
   };
+}
+
+/** The module's `redis` option for `target`, and a plain client of the same Redis. */
+function connectionsTo(target) {
+  if (target.startsWith('cluster:')) {
+    const nodes = target
+      .slice('cluster:'.length)
+      .split(',')
+      .map((node) => `redis://${node}`);
+    return [{ cluster: { nodes } }, new Cluster(nodes)];
+  }
+  if (target.startsWith('sentinel:')) {
+    const [name, ...sentinels] = target.slice('sentinel:'.length).split(',');
+    const options = {
+      name,
+      sentinels: sentinels.map((address) => ({ host: address.split(':')[0], port: Number(address.split(':')[1]) })),
+    };
+    return [options, new Redis(options)];
+  }
+  return [target, new Redis(target)];
 }
 
 /** Every process checks in under `key`, then waits until all `processes` have, so that they start together. */
