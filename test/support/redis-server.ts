@@ -19,24 +19,38 @@ process.once('exit', () => {
 export class RedisServer {
   private process?: ChildProcess;
   private paused = false;
+  private log = '';
 
   private constructor(
     readonly port: number,
     private readonly binary: string,
     private readonly args: readonly string[],
+    private readonly configFile?: string,
   ) {}
 
   /**
    * `binary`: the redis-server to run (default: `$REDIS_SERVER`, else `redis-server` on PATH);
-   * `args`: more command-line options, e.g. `['--cluster-enabled', 'yes']`, kept across restarts.
+   * `args`: more command-line options, e.g. `['--cluster-enabled', 'yes']`, or a function of the
+   * chosen port (a per-node file name), kept across restarts; `configFile`: a config file, passed
+   * first as redis-server wants it (a sentinel's, with `args: ['--sentinel']`); `choosePort`: how to
+   * pick the port (default: any free one; `freeClusterPort` for a cluster node).
    */
   static async start({
     binary = process.env.REDIS_SERVER || 'redis-server',
     args = [],
-  }: { binary?: string; args?: readonly string[] } = {}): Promise<RedisServer> {
+    configFile,
+    choosePort = freePort,
+  }: {
+    binary?: string;
+    args?: readonly string[] | ((port: number) => readonly string[]);
+    configFile?: string;
+    choosePort?: () => Promise<number>;
+  } = {}): Promise<RedisServer> {
     assertInstalled(binary);
     for (let tries = 1; ; tries++) {
-      const server = new RedisServer(await freePort(), binary, args);
+      const port = await choosePort();
+      const serverArgs = typeof args === 'function' ? args(port) : args;
+      const server = new RedisServer(port, binary, serverArgs, configFile);
       try {
         await server.launch();
         return server;
@@ -53,6 +67,16 @@ export class RedisServer {
 
   get pid(): number | undefined {
     return this.process?.pid;
+  }
+
+  /** Whether the process is up (not killed or stopped; a frozen one counts as running). */
+  get running(): boolean {
+    return this.process !== undefined && this.process.exitCode === null && this.process.signalCode === null;
+  }
+
+  /** The last lines the server logged (stdout and stderr), for an error message. */
+  get output(): string {
+    return this.log;
   }
 
   /** Graceful stop (SIGTERM); a frozen server is killed. */
@@ -84,18 +108,22 @@ export class RedisServer {
 
   private async launch(): Promise<void> {
     const options = ['--port', String(this.port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
-    const child = spawn(this.binary, [...options, '--loglevel', 'warning', ...this.args], {
-      stdio: ['ignore', 'ignore', 'pipe'],
+    const args = [...options, '--loglevel', 'warning', ...this.args];
+    // A config file comes first; the options after it override it.
+    const child = spawn(this.binary, this.configFile ? [this.configFile, ...args] : args, {
+      stdio: ['ignore', 'pipe', 'pipe'],
     });
-    let stderr = '';
-    child.stderr.on('data', (chunk: Buffer) => (stderr = (stderr + chunk.toString()).slice(-2_000)));
+    let output = '';
+    const keep = (chunk: Buffer) => (this.log = output = (output + chunk.toString()).slice(-4_000));
+    child.stdout.on('data', keep);
+    child.stderr.on('data', keep);
     running.add(child);
     child.once('exit', () => running.delete(child));
     this.process = child;
     this.paused = false;
 
     const exitedAtStart = once(child, 'exit').then(([code]) => {
-      throw new Error(`redis-server on port ${this.port} exited at start (code ${code}): ${stderr}`);
+      throw new Error(`redis-server on port ${this.port} exited at start (code ${code}): ${output}`);
     });
     exitedAtStart.catch(() => undefined); // it exits normally later, when a test stops it
     await Promise.race([waitForPong(this.port, () => child.exitCode !== null), exitedAtStart]);
@@ -130,6 +158,33 @@ export async function freePort(): Promise<number> {
   server.close();
   await once(server, 'close');
   return port;
+}
+
+/**
+ * A free port whose cluster bus port (port + 10000, where a cluster node also listens) is free
+ * too. The answer is a probe, not a reservation: a start that loses the race picks another.
+ */
+export async function freeClusterPort(): Promise<number> {
+  for (let tries = 0; tries < 50; tries++) {
+    const port = await freePort();
+    if (port + 10_000 <= 65_535 && (await isFree(port + 10_000))) return port;
+  }
+  throw new Error('found no free port whose port + 10000 is free too');
+}
+
+async function isFree(port: number): Promise<boolean> {
+  const server = createServer();
+  const listening = once(server, 'listening').then(
+    () => true,
+    () => false,
+  );
+  server.listen(port, '127.0.0.1');
+  const free = await listening;
+  if (free) {
+    server.close();
+    await once(server, 'close');
+  }
+  return free;
 }
 
 /** Polls with a raw PING until the server answers PONG (at most 10 s). */

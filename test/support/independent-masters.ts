@@ -1,0 +1,63 @@
+import type { RedisServer } from './redis-server.js';
+import { type Address, HOST, Startup } from './topology-tools.js';
+
+/**
+ * `n` unrelated redis-server primaries (Redlock's setting): each can crash, come back empty on
+ * its port (a restart forgets every key it held) or freeze.
+ */
+export class IndependentMasters {
+  /** How long the start took, in ms. */
+  startMs = 0;
+
+  private constructor(readonly servers: readonly RedisServer[]) {}
+
+  /** Starts `n` servers within `timeoutMs`, or throws having killed those it started. */
+  static async start(n: number, { timeoutMs = 20_000 }: { timeoutMs?: number } = {}): Promise<IndependentMasters> {
+    const started = performance.now();
+    return Startup.run(`${n} independent masters`, timeoutMs, async (startup) => {
+      const masters = new IndependentMasters(
+        await Promise.all(Array.from({ length: n }, () => startup.server({ args: [] }))),
+      );
+      masters.startMs = Math.round(performance.now() - started);
+      return masters;
+    });
+  }
+
+  get addresses(): Address[] {
+    return this.servers.map((server) => ({ host: HOST, port: server.port }));
+  }
+
+  get urls(): string[] {
+    return this.servers.map((server) => server.url);
+  }
+
+  /** Crash server `i` (SIGKILL). */
+  async kill(i: number): Promise<void> {
+    await this.at(i).kill();
+  }
+
+  /** Start server `i` again on its port, EMPTY (killed first if it runs). */
+  async restart(i: number): Promise<void> {
+    await this.at(i).restart();
+  }
+
+  /** Freeze server `i` (SIGSTOP): connections stay open, nothing is answered. */
+  pause(i: number): void {
+    this.at(i).pause();
+  }
+
+  resume(i: number): void {
+    this.at(i).resume();
+  }
+
+  /** Kills every server (SIGKILL, frozen ones too). */
+  async stop(): Promise<void> {
+    await Promise.all(this.servers.map((server) => server.kill()));
+  }
+
+  private at(i: number): RedisServer {
+    const server = this.servers[i];
+    if (!server) throw new Error(`no server ${i}: there are ${this.servers.length}`);
+    return server;
+  }
+}
