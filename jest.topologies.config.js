@@ -5,9 +5,14 @@ import base from './jest.config.js';
  * independent masters started from the redis-server binary, see test/support/topologies.ts.
  * Same settings as jest.config.js, whose regex does not match `*.topology-spec.ts`.
  */
-const settings = { ...base, roots: ['<rootDir>/test'], testRegex: '\\.topology-spec\\.ts$', testTimeout: 120_000 };
-// These specs run no child process on the built library: no build step (jest.config.js's
-// globalSetup) until one does.
-delete settings.globalSetup;
+// redlock.topology-spec.ts runs worker processes on the built library: the same build step as
+// jest.config.js (test/support/build-for-child-processes.ts).
+const settings = {
+  ...base,
+  roots: ['<rootDir>/test'],
+  testRegex: '\\.topology-spec\\.ts$',
+  testTimeout: 120_000,
+  globalSetup: '<rootDir>/test/support/build-for-child-processes.ts',
+};
 
 export default settings;

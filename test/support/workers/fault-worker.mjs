@@ -15,6 +15,8 @@
 //   key (no token check), and every `longEvery`-th section outlives the ttl.
 // - semaphore: `loops` loops, each holding a permit of one of `keys` (limit `limit`) through
 //   `withPermit(name, limit, fn, { ttl, autoExtend: true })`; no fenced work.
+// With `redlockUrls` (any mode but broken), the module runs Redlock over those masters instead of
+// `lockUrl` (`quarantine`: its redlock.quarantine).
 // Records go to lists on the resource server as they happen, so that a SIGKILLed worker leaves every
 // completed hold behind. The worker prints {"ready":true} once connected and a summary line at the end;
 // it stops when the key `<run>:stop` appears on the resource server.
@@ -47,7 +49,9 @@ process.on('unhandledRejection', (reason) => {
 
 const app = await NestFactory.createApplicationContext(
   LockModule.forRoot({
-    redis: config.lockUrl,
+    ...(config.redlockUrls
+      ? { redlock: withoutUndefined({ nodes: config.redlockUrls, quarantine: config.quarantine }) }
+      : { redis: config.lockUrl }),
     ...withoutUndefined({ commandTimeout: config.commandTimeout }),
     defaults: withoutUndefined({ ttl: config.ttl, timeout: config.timeout, maxStep: config.maxStep }),
     // Not in fence mode, which needs nothing but fences.
