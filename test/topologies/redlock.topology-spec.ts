@@ -362,4 +362,39 @@ describe('Redlock over 5 independent masters: mutual exclusion under kills and e
     expect(summaries.flatMap((summary) => summary.unexpected)).toEqual([]);
     expect(summaries.reduce((sum, summary) => sum + summary.unhandledRejections, 0)).toBe(0);
   });
+
+  it('control: the same checker finds overlaps when workers release by a raw DEL on every master', async () => {
+    const run = 'rl5-broken';
+    const config = {
+      mode: 'broken',
+      run,
+      redlockUrls: masters.urls,
+      quarantine: TTL,
+      resourceUrl: resourceServer.url,
+      keys: [`${run}:k`],
+      loops: LOOPS,
+      ttl: 300,
+      timeout: 4_000,
+      maxStep: 25,
+      commandTimeout: COMMAND_TIMEOUT,
+      sectionMs: 5,
+      longEvery: 3,
+    };
+    const exits: Promise<unknown[]>[] = [];
+    for (let i = 0; i < PROCESSES; i++) {
+      const { child } = await startWorker('fault-worker', [JSON.stringify(config)]);
+      children.push(child);
+      exits.push(once(child, 'exit'));
+    }
+    await delay(4_000);
+    await resource.set(`${run}:stop`, '1');
+    await Promise.all(exits.map((exit) => Promise.race([exit, delay(30_000, ['timeout'], { ref: false })])));
+    const holds = (await resource.lrange(`${run}:holds`, 0, -1)).map((line) => JSON.parse(line) as HoldRecord);
+
+    const overlaps = checkMutualExclusion(holds);
+    timings.brokenControl = `${holds.length} holds, ${overlaps.length} overlaps`;
+    expect(holds.length).toBeGreaterThan(20);
+    expect(overlaps.length).toBeGreaterThan(0);
+    expect(overlaps[0].check).toBe('overlap');
+  });
 });
