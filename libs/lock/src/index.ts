@@ -24,6 +24,7 @@ export { currentLock, type Lock, LockService } from './lock.service.js';
 export { currentPermit, LocalPermit, type Permit, type PermitHolder, SemaphoreService } from './semaphore.service.js';
 export { MemoryStore } from './store/memory.store.js';
 export { RedisStore, type RedisStoreOptions } from './store/redis.store.js';
+export { RedlockStore, type RedlockStoreOptions } from './store/redlock.store.js';
 export { type LeaseKind, type LeaseRenewal, type LockInspection, LockStore } from './store/store.js';
 export { WithLock, type WithLockOptions } from './decorators/with-lock.decorator.js';
 export { Semaphore, type SemaphoreDecoratorOptions } from './decorators/semaphore.decorator.js';

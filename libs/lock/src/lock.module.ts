@@ -1,3 +1,4 @@
+import type { Redis } from 'ioredis';
 import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { Watchdog } from './lease/watchdog.js';
 import { createLockLogger } from './lock-logger.js';
@@ -15,6 +16,7 @@ import { SemaphoreService } from './semaphore.service.js';
 import { MemoryStore } from './store/memory.store.js';
 import { connectModuleClient } from './store/redis-client.js';
 import { RedisStore } from './store/redis.store.js';
+import { RedlockStore } from './store/redlock.store.js';
 import { LockStore } from './store/store.js';
 import { LockTelemetry } from './telemetry.js';
 
@@ -76,12 +78,21 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
 
 async function createStore({
   redis,
+  redlock,
   store,
   keyPrefix,
   commandTimeout,
   logger: loggerOption,
 }: ResolvedModuleOptions): Promise<LockStore> {
   const logger = createLockLogger(loggerOption, 'LockModule');
+  if (redlock !== undefined) {
+    const { nodes, quorum, driftFactor, quarantine } = redlock;
+    const clients = await Promise.all(
+      nodes.map(async (node): Promise<Redis> => (isRedisClient(node) ? node : connectModuleClient(node, logger))),
+    );
+    const ownsClients = nodes.map((node) => !isRedisClient(node));
+    return new RedlockStore(clients, { keyPrefix, commandTimeout, quorum, driftFactor, quarantine, ownsClients });
+  }
   if (redis === undefined) {
     if (store !== 'memory') {
       logger.warn(

@@ -71,6 +71,11 @@ export interface LockModuleOptions {
    * to process-local locks). Default: Redis when `redis` is given, else the memory store.
    */
   store?: 'memory' | 'redis';
+  /**
+   * Redlock over independent Redis masters instead of one Redis (`redis`, which it excludes): a lease is
+   * granted by a quorum of `nodes`. See docs/API.md, "Redlock". Semaphores are refused on it.
+   */
+  redlock?: RedlockOptions;
   /** Prefix of every Redis key the library writes. */
   keyPrefix?: string;
   /** Defaults of every lock and permit; each call may override them. */
@@ -111,6 +116,34 @@ export interface LockModuleOptions {
    */
   logger?: LoggerService | false;
 }
+
+/** `LockModule.forRoot({ redlock })`: Redlock over N independent Redis masters. */
+export interface RedlockOptions {
+  /** The masters: Redis URLs, ioredis options or ioredis clients (not clusters); at least 1, 3 or more recommended. */
+  nodes: (string | RedisOptions | Redis)[];
+  /** Nodes that must grant a lease: more than half of `nodes`, at most all. Default `floor(N / 2) + 1`. */
+  quorum?: number;
+  /** Clock drift allowed per ms of lease: validity = ttl − elapsed − (ttl × driftFactor + 2 ms). Default 0.01. */
+  driftFactor?: number;
+  /**
+   * How long a node that nest-lock sees for the first time (a restart that came back empty, a
+   * FLUSHALL, a new node) neither grants leases nor counts for renewals: the longest lease any call may
+   * take, so no per-call `ttl` may exceed it. Default: `defaults.ttl`. `0` turns it off (safe only on
+   * masters that never lose acknowledged writes, e.g. AOF with `appendfsync always`).
+   */
+  quarantine?: number;
+}
+
+/** `redlock` after validation, with every default filled in. */
+export interface ResolvedRedlockOptions {
+  nodes: (string | RedisOptions | Redis)[];
+  quorum: number;
+  driftFactor: number;
+  quarantine: number;
+}
+
+/** Redlock's default drift factor (antirez's reference: 0.01). */
+export const DEFAULT_DRIFT_FACTOR = 0.01;
 
 /** The default JSON body of an answer `LockInterceptor` gives for a decorator's error. */
 export interface LockErrorBody {
@@ -153,6 +186,7 @@ export interface ResolvedModuleOptions {
   redis?: LockModuleOptions['redis'];
   /** As given: `undefined` when the options did not say which store. */
   store?: LockModuleOptions['store'];
+  redlock?: ResolvedRedlockOptions;
   keyPrefix: string;
   defaults: Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
   commandTimeout: number;
@@ -165,6 +199,7 @@ export interface ResolvedModuleOptions {
 const MODULE_OPTION_NAMES = new Set([
   'redis',
   'store',
+  'redlock',
   'keyPrefix',
   'defaults',
   'commandTimeout',
@@ -188,6 +223,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   const {
     redis,
     store,
+    redlock,
     keyPrefix = DEFAULT_KEY_PREFIX,
     defaults = {},
     commandTimeout = DEFAULT_COMMAND_TIMEOUT,
@@ -200,7 +236,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   if (redis !== undefined) {
     validateRedisOption(redis);
   }
-  validateStoreChoice(store, redis);
+  validateStoreChoice(store, redis, redlock);
   if (typeof keyPrefix !== 'string' || /[{}]/.test(keyPrefix) || LONE_SURROGATE.test(keyPrefix)) {
     // A brace in the prefix would move the hash tag off the user key and split a lock's keys across slots.
     throw new InvalidArgumentError('keyPrefix', 'must be a well-formed string without "{" or "}"');
@@ -216,12 +252,14 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     throw new InvalidArgumentError('errorBody', `must be a function, got ${describe(errorBody)}`);
   }
   validateLogger(logger);
+  const lease = resolveLease(DEFAULT_LEASE, defaults, 'defaults.');
   return {
     redis,
     ...(store === undefined ? {} : { store }),
+    ...(redlock === undefined ? {} : { redlock: resolveRedlock(redlock, lease.ttl) }),
     keyPrefix,
     defaults: Object.freeze({
-      ...resolveLease(DEFAULT_LEASE, defaults, 'defaults.'),
+      ...lease,
       autoExtend: validateBoolean(defaults.autoExtend, 'defaults.autoExtend') ?? DEFAULT_AUTO_EXTEND,
       fair: validateBoolean(defaults.fair, 'defaults.fair') ?? DEFAULT_FAIR,
     }),
@@ -347,7 +385,7 @@ function atLeastOne(argument: string, value: unknown): number {
   return value;
 }
 
-function validateRedisOption(redis: unknown): void {
+function validateRedisOption(redis: unknown, argument = 'redis'): void {
   if (typeof redis === 'string') {
     let protocol: string | undefined;
     try {
@@ -356,14 +394,14 @@ function validateRedisOption(redis: unknown): void {
       // reported below
     }
     if (protocol !== 'redis:' && protocol !== 'rediss:') {
-      throw new InvalidArgumentError('redis', `must be a redis:// or rediss:// URL, got "${redis}"`);
+      throw new InvalidArgumentError(argument, `must be a redis:// or rediss:// URL, got "${redis}"`);
     }
-  } else if (isClusterOption(redis)) {
+  } else if (argument === 'redis' && isClusterOption(redis)) {
     validateClusterOption(redis.cluster);
   } else if (!isRedisClient(redis) && !isPlainObject(redis)) {
     throw new InvalidArgumentError(
-      'redis',
-      `must be a URL, ioredis options, { cluster: { nodes } } or an ioredis client, got ${describe(redis)}`,
+      argument,
+      `must be a URL, ioredis options${argument === 'redis' ? ', { cluster: { nodes } }' : ''} or an ioredis client, got ${describe(redis)}`,
     );
   }
 }
@@ -399,19 +437,82 @@ function validateClusterOption(cluster: unknown): void {
   }
 }
 
-function validateStoreChoice(store: unknown, redis: unknown): void {
+function validateStoreChoice(store: unknown, redis: unknown, redlock: unknown): void {
   if (store !== undefined && store !== 'memory' && store !== 'redis') {
     throw new InvalidArgumentError('store', `must be 'memory' or 'redis', got ${describe(store)}`);
+  }
+  if (redlock !== undefined && redis !== undefined) {
+    throw new InvalidArgumentError('redlock', 'cannot be combined with the redis option: drop one of them');
+  }
+  if (store === 'memory' && redlock !== undefined) {
+    throw new InvalidArgumentError('store', "'memory' cannot be combined with the redlock option: drop one of them");
   }
   if (store === 'memory' && redis !== undefined) {
     throw new InvalidArgumentError('store', "'memory' cannot be combined with a redis option: drop one of them");
   }
-  if (store === 'redis' && redis === undefined) {
+  if (store === 'redis' && redis === undefined && redlock === undefined) {
     throw new InvalidArgumentError(
       'redis',
       "store 'redis' needs a redis URL, ioredis options or client, got undefined",
     );
   }
+}
+
+const REDLOCK_OPTION_NAMES = new Set(['nodes', 'quorum', 'driftFactor', 'quarantine']);
+
+/**
+ * `redlock`: its nodes (each a URL, ioredis options or a client, never a cluster, no URL twice), a
+ * quorum that is a majority (two quorums always share a node), a drift factor in [0, 1), and a
+ * quarantine no shorter than the default ttl (`defaultTtl`), since it bounds every lease.
+ */
+function resolveRedlock(redlock: unknown, defaultTtl: number): ResolvedRedlockOptions {
+  if (!isPlainObject(redlock)) {
+    throw new InvalidArgumentError('redlock', `must be an object with nodes, got ${describe(redlock)}`);
+  }
+  rejectUnknownNames('redlock.', redlock as object, REDLOCK_OPTION_NAMES);
+  const { nodes, quorum, driftFactor = DEFAULT_DRIFT_FACTOR, quarantine = defaultTtl } = redlock as RedlockOptions;
+  if (!Array.isArray(nodes) || nodes.length === 0) {
+    throw new InvalidArgumentError(
+      'redlock.nodes',
+      `must be a non-empty array of Redis URLs, ioredis options or clients, got ${describe(nodes)}`,
+    );
+  }
+  const urls = new Set<string>();
+  nodes.forEach((node: unknown, i) => {
+    const argument = `redlock.nodes[${i}]`;
+    if ((node as { isCluster?: unknown } | null)?.isCluster === true || isClusterOption(node)) {
+      throw new InvalidArgumentError(argument, 'must be a single Redis master, not a cluster');
+    }
+    validateRedisOption(node, argument);
+    if (typeof node === 'string') {
+      if (urls.has(node)) throw new InvalidArgumentError(argument, `the node "${node}" is listed twice`);
+      urls.add(node);
+    }
+  });
+  const n = nodes.length;
+  const resolvedQuorum = quorum ?? Math.floor(n / 2) + 1;
+  if (
+    typeof resolvedQuorum !== 'number' ||
+    !Number.isInteger(resolvedQuorum) ||
+    resolvedQuorum <= n / 2 ||
+    resolvedQuorum > n
+  ) {
+    throw new InvalidArgumentError(
+      'redlock.quorum',
+      `must be a whole number > ${n / 2} (more than half of the ${n} nodes) and ≤ ${n}, got ${describe(quorum)}`,
+    );
+  }
+  if (typeof driftFactor !== 'number' || !Number.isFinite(driftFactor) || driftFactor < 0 || driftFactor >= 1) {
+    throw new InvalidArgumentError('redlock.driftFactor', `must be a number ≥ 0 and < 1, got ${describe(driftFactor)}`);
+  }
+  duration('redlock.quarantine', quarantine, 0);
+  if (quarantine !== 0 && quarantine < defaultTtl) {
+    throw new InvalidArgumentError(
+      'redlock.quarantine',
+      `must be ≥ defaults.ttl (${defaultTtl} ms), the longest lease a call may take, or 0 to turn it off; got ${quarantine}`,
+    );
+  }
+  return { nodes: [...nodes], quorum: resolvedQuorum, driftFactor, quarantine };
 }
 
 /** Duck-typed so that a client from another copy of ioredis is still recognised. */

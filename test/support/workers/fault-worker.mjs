@@ -15,6 +15,8 @@
 //   key (no token check), and every `longEvery`-th section outlives the ttl.
 // - semaphore: `loops` loops, each holding a permit of one of `keys` (limit `limit`) through
 //   `withPermit(name, limit, fn, { ttl, autoExtend: true })`; no fenced work.
+// With `redlockUrls`, the module runs Redlock over those masters instead of `lockUrl` (`quarantine`: its
+// redlock.quarantine); the broken mode then DELs the lock's key on every master.
 // Records go to lists on the resource server as they happen, so that a SIGKILLed worker leaves every
 // completed hold behind. The worker prints {"ready":true} once connected and a summary line at the end;
 // it stops when the key `<run>:stop` appears on the resource server.
@@ -47,7 +49,9 @@ process.on('unhandledRejection', (reason) => {
 
 const app = await NestFactory.createApplicationContext(
   LockModule.forRoot({
-    redis: config.lockUrl,
+    ...(config.redlockUrls
+      ? { redlock: withoutUndefined({ nodes: config.redlockUrls, quarantine: config.quarantine }) }
+      : { redis: config.lockUrl }),
     ...withoutUndefined({ commandTimeout: config.commandTimeout }),
     defaults: withoutUndefined({ ttl: config.ttl, timeout: config.timeout, maxStep: config.maxStep }),
     // Not in fence mode, which needs nothing but fences.
@@ -89,7 +93,10 @@ async function runFaultMode() {
   const { run, mode } = config;
   const resource = new Redis(config.resourceUrl);
   // Outside the library, on the lock server: only the broken mode uses it, for its raw DEL.
-  const lockServer = mode === 'broken' ? new Redis(config.lockUrl, { maxRetriesPerRequest: 1 }) : undefined;
+  const lockServers =
+    mode === 'broken'
+      ? (config.redlockUrls ?? [config.lockUrl]).map((url) => new Redis(url, { maxRetriesPerRequest: 1 }))
+      : [];
   defineResourceScripts(resource);
 
   const stopping = new AbortController();
@@ -112,7 +119,7 @@ async function runFaultMode() {
 
   clearInterval(stopPoll);
   await app.close();
-  lockServer?.disconnect();
+  for (const server of lockServers) server.disconnect();
   await resource.hset(`${run}:summaries`, String(process.pid), JSON.stringify(summary));
   resource.disconnect();
   process.stdout.write(`${JSON.stringify(summary)}\n`);
@@ -187,7 +194,7 @@ async function runFaultMode() {
       await fencedWork(hold, lock, sectionMs);
     } finally {
       hold.releasedAt = Date.now();
-      await lockServer.del(lockKeyOf(key));
+      await Promise.all(lockServers.map((server) => server.del(lockKeyOf(key))));
       await finishHold(hold);
     }
   }

@@ -1,7 +1,7 @@
 import { randomFillSync } from 'node:crypto';
 import { type LeaseDefaults, type LockOptions, resolveLease, validateCallOptions } from '../lock.options.js';
 import type { Attempt, AttemptOptions, LeaseKind, LockStore, Turn } from '../store/store.js';
-import { clockDrift, type LeaseGrant } from './held-lease.js';
+import { driftOf, type LeaseGrant } from './held-lease.js';
 import { lineOf, localLines } from './local-line.js';
 import { waitForLease } from './wait-for-lease.js';
 
@@ -59,7 +59,7 @@ export async function acquireLease(
     // A grant whose answer came back after its lease ran out may already be someone else's lock:
     // it is given back, and the wait goes on (as Redlock does with a validity ≤ 0).
     const ranOutOnArrival = async (sentAt: number, leaseMs: number): Promise<boolean> => {
-      if (performance.now() < sentAt + leaseMs - clockDrift(leaseMs)) return false;
+      if (performance.now() < sentAt + leaseMs - driftOf(store, leaseMs)) return false;
       await request.release(token).catch(() => undefined);
       return true;
     };
@@ -108,7 +108,7 @@ export async function acquireLease(
           const fence = await turn.wait(wait, signal);
           if (fence === 0) return null;
           const handover = Math.min(store.handoverLease, policy.ttl);
-          if (fence > fenceAtWait && performance.now() < toldToWaitAt + handover - clockDrift(handover)) {
+          if (fence > fenceAtWait && performance.now() < toldToWaitAt + handover - driftOf(store, handover)) {
             return { fence, sentAt: toldToWaitAt, serverTtl: handover };
           }
           // Stale, or too old for this waiter's clock to vouch for: the next attempt finds out (a lease

@@ -47,6 +47,11 @@ export function clockDrift(ttl: number): number {
   return ttl * 0.01 + 2;
 }
 
+/** The drift margin of a lease of `store`: its own rule when it has one (Redlock's `driftFactor`), else `clockDrift`. */
+export function driftOf(store: LockStore, ttl: number): number {
+  return store.clockDrift?.(ttl) ?? clockDrift(ttl);
+}
+
 /**
  * One lease a caller holds: a lock or a permit. It knows how long it is still valid (from the
  * send time of the last acquire or renewal that succeeded, so a late reply never stretches it),
@@ -87,7 +92,7 @@ export class HeldLease {
     this.fence = grant.fence;
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
-    this.validUntil = grant.sentAt + grant.serverTtl - clockDrift(grant.serverTtl);
+    this.validUntil = grant.sentAt + grant.serverTtl - driftOf(store, grant.serverTtl);
     this.renewAt = grant.sentAt + grant.serverTtl / 3;
     this.serverLease = grant.serverTtl;
     this.mustExtend = grant.serverTtl < grant.ttl;
@@ -165,7 +170,7 @@ export class HeldLease {
       return await giveBack(localLines(this.store).successor(lineOf(this.kind, this.id), this.token));
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
-      const serverDeadline = this.validUntil + clockDrift(this.leaseTtl);
+      const serverDeadline = this.validUntil + driftOf(this.store, this.leaseTtl);
       if (error instanceof LockBackendError && error.transient) {
         this.watchdog.retryRelease(
           { kind: this.kind, id: this.id, token: this.token, ttl: this.leaseTtl },
@@ -180,7 +185,7 @@ export class HeldLease {
   /** Called by the watchdog (or `expire()`) when a renewal sent at `sentAt` succeeded. */
   renewed(sentAt: number, ttl: number): void {
     this.mustExtend = false;
-    this.validUntil = sentAt + ttl - clockDrift(ttl);
+    this.validUntil = sentAt + ttl - driftOf(this.store, ttl);
     this.renewAt = sentAt + ttl / 3;
     this.serverLease = ttl;
   }

@@ -51,10 +51,17 @@ const MODULE_CLUSTER_DEFAULTS: ClusterOptions = {
   clusterRetryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
 };
 
+type ModuleLogger = { log(message: string): void; warn(message: string): void };
+
 /** Opens the module's own client and logs each outage once rather than every reconnect attempt. */
+export async function connectModuleClient(redis: string | RedisOptions, logger: ModuleLogger): Promise<Redis>;
 export async function connectModuleClient(
   redis: string | RedisOptions | RedisClusterOption,
-  logger: { log(message: string): void; warn(message: string): void },
+  logger: ModuleLogger,
+): Promise<Redis | Cluster>;
+export async function connectModuleClient(
+  redis: string | RedisOptions | RedisClusterOption,
+  logger: ModuleLogger,
 ): Promise<Redis | Cluster> {
   const ioredis = await loadIoredis();
   let client: Redis | Cluster;

@@ -65,6 +65,12 @@ export interface LockStore {
   /** How long a lease handed to a waiter lasts until that waiter extends it to its own ttl. */
   readonly handoverLease: number;
 
+  /**
+   * The margin a holder takes off a lease of `ttl` ms for clock drift, when the store has its own
+   * rule (Redlock's `driftFactor`); without it, `ttl × 0.01 + 2 ms`.
+   */
+  clockDrift?(ttl: number): number;
+
   /** Releases what the store opened (connections it created, timers); idempotent. */
   close(): Promise<void>;
 

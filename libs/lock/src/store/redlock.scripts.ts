@@ -1,0 +1,183 @@
+import { createHash } from 'node:crypto';
+import type { RedisScript } from './redis.scripts.js';
+
+function script(name: string, numberOfKeys: number, source: string): RedisScript {
+  return { name, numberOfKeys, source, sha: createHash('sha1').update(source).digest('hex') };
+}
+
+/**
+ * What the per-node scripts of `RedlockStore` share. On each master a lock has KEYS[1] its lease
+ * (a string: the owner's token, with PX), KEYS[2] its fence counter (never expires), and the node
+ * has KEYS[3], its **birth marker** (`<prefix>redlock:born`): the server's clock in ms when nest-lock
+ * first saw it. A master that restarted empty (or was flushed) has lost its marker with its leases:
+ * it is born again, and stays **young** for the quarantine. A young node's answers do not count
+ * towards a quorum, since the leases it forgot may still be valid elsewhere.
+ */
+const prelude = `
+local lease, counter, marker = KEYS[1], KEYS[2], KEYS[3]
+
+local time = redis.call('TIME')
+local nowMicros = tonumber(time[1]) * 1000000 + tonumber(time[2])
+local nowMs = math.floor(nowMicros / 1000)
+
+-- 1 if the node has been known for at least the quarantine (ms), else 0; marks it born now if unmarked.
+local function mature(quarantineMs)
+  local born = tonumber(redis.call('GET', marker))
+  if not born then
+    redis.call('SET', marker, string.format('%.0f', nowMs))
+    born = nowMs
+  end
+  if nowMs - born >= tonumber(quarantineMs) then return 1 end
+  return 0
+end
+
+-- The single store's rule: the server clock in µs, or one more than the last fence when that is ahead.
+local function nextFence()
+  local last = tonumber(redis.call('SET', counter, string.format('%.0f', nowMicros), 'GET')) or 0
+  if last < nowMicros then return nowMicros end
+  redis.call('SET', counter, string.format('%.0f', last + 1))
+  return last + 1
+end
+`;
+
+/**
+ * One node's share of an attempt: takes the lock for the token if it is free (SET PX, with a fence
+ * drawn first so that a counter of the wrong type fails before anything is taken), or restarts the
+ * lease if the token holds it already (a retry after a lost reply). A young node takes it too, but
+ * says it is young: the caller does not count it.
+ * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] birth marker.
+ * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] quarantine ms.
+ * Returns {1, fence (decimal string), 0, mature} when the token holds the lock on this node now;
+ * {0, '0', PTTL of the holder's lease, mature} when another token holds it.
+ */
+export const redlockAcquireScript = script(
+  'acquireLock',
+  3,
+  `${prelude}
+local token, ttl = ARGV[1], ARGV[2]
+local isMature = mature(ARGV[3])
+local holder = redis.call('GET', lease)
+if holder and holder ~= token then
+  return {0, '0', redis.call('PTTL', lease), isMature}
+end
+local fence = nextFence()
+redis.call('SET', lease, token, 'PX', ttl)
+return {1, string.format('%.0f', fence), 0, isMature}
+`,
+);
+
+/**
+ * The max rule's write-back: raises the node's fence counter to the lease's fence (the largest
+ * fence among the nodes that granted it), so that any later quorum, which shares a node with this
+ * one, draws a larger fence. Never lowers it.
+ * KEYS[1] fence counter. ARGV[1] the lease's fence (decimal string).
+ * Returns 1.
+ */
+export const redlockRaiseFenceScript = script(
+  'raiseFence',
+  1,
+  `
+local last = tonumber(redis.call('GET', KEYS[1])) or 0
+if last < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+return 1
+`,
+);
+
+/**
+ * One node's share of a release: deletes the lock only if the token holds it.
+ * KEYS[1] lock. ARGV[1] owner token.
+ * Returns 1 if it held it here, else 0.
+ */
+export const redlockReleaseScript = script(
+  'releaseLock',
+  1,
+  `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+`,
+);
+
+/**
+ * One node's share of a renewal: compare-and-PEXPIRE. Says whether the lock is free here, so that the
+ * caller can re-seed it once a quorum renewed (`redlockSeedScript`), and whether the node is mature:
+ * a young node's renewal does not count.
+ * KEYS[1] lock, KEYS[2] fence counter (unused), KEYS[3] birth marker.
+ * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] quarantine ms.
+ * Returns {1 renewed | 0 free | -1 held by another token, mature}.
+ */
+export const redlockExtendScript = script(
+  'extendLock',
+  3,
+  `${prelude}
+local isMature = mature(ARGV[3])
+local holder = redis.call('GET', lease)
+if holder == ARGV[1] then
+  redis.call('PEXPIRE', lease, ARGV[2])
+  return {1, isMature}
+end
+if holder then return {-1, isMature} end
+return {0, isMature}
+`,
+);
+
+/**
+ * Re-seeds a node that lost a lock its owner still holds on a quorum (it restarted empty, or its
+ * lease ran out while it was unreachable): SET NX PX, so it never overwrites another owner.
+ * KEYS[1] lock. ARGV[1] owner token, ARGV[2] ttl ms.
+ * Returns 1 if seeded, else 0.
+ */
+export const redlockSeedScript = script(
+  'seedLock',
+  1,
+  `
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
+return 0
+`,
+);
+
+/**
+ * Reads one node's view of a lock, for `inspectLock` and `isLocked`.
+ * KEYS[1] lock, KEYS[2] fence counter.
+ * Returns {holder token or '', PTTL, last fence or ''}.
+ */
+export const redlockInspectScript = script(
+  'inspectLock',
+  2,
+  `
+return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
+`,
+);
+
+/**
+ * An operator's release of one node's lock, whoever holds it.
+ * KEYS[1] lock. Returns the holder's token, or '' when it was free here.
+ */
+export const redlockForceReleaseScript = script(
+  'forceReleaseLock',
+  1,
+  `
+local holder = redis.call('GET', KEYS[1])
+if holder then redis.call('DEL', KEYS[1]) end
+return holder or ''
+`,
+);
+
+/**
+ * Marks the node born now (server clock, ms) unless it is marked: sent whenever a client connects, so
+ * that a restarted master's quarantine starts when it is back rather than at the next lock.
+ * KEYS[1] birth marker. Returns 1.
+ */
+export const redlockMarkScript = script(
+  'markNode',
+  1,
+  `
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local time = redis.call('TIME')
+  redis.call('SET', KEYS[1], string.format('%.0f', tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)))
+end
+return 1
+`,
+);

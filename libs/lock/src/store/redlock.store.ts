@@ -1,0 +1,435 @@
+import type { Redis } from 'ioredis';
+import { createHash } from 'node:crypto';
+import { InvalidArgumentError, LockBackendError } from '../lock.errors.js';
+import { sleep } from '../lease/wait-for-lease.js';
+import { backendErrorOf, purposeOf } from './backend-messages.js';
+import type { RedisScript } from './redis.scripts.js';
+import {
+  redlockAcquireScript,
+  redlockExtendScript,
+  redlockForceReleaseScript,
+  redlockInspectScript,
+  redlockMarkScript,
+  redlockRaiseFenceScript,
+  redlockReleaseScript,
+  redlockSeedScript,
+} from './redlock.scripts.js';
+import type {
+  Attempt,
+  LeaseKind,
+  LeaseRenewal,
+  LockInspection,
+  LockStore,
+  Successor,
+  Turn,
+  TurnWait,
+} from './store.js';
+
+export interface RedlockStoreOptions {
+  /** Prefix of every key, e.g. `lock:`. */
+  keyPrefix: string;
+  /** Longest time one command may take on one node. */
+  commandTimeout: number;
+  /** Nodes that must grant a lease (> half of the nodes). */
+  quorum: number;
+  /** Validity = ttl − elapsed − (ttl × driftFactor + 2 ms). */
+  driftFactor: number;
+  /** How long a node seen for the first time stays young (no grants, no renewal votes); the longest ttl. 0: off. */
+  quarantine: number;
+  /** Per node, in the order of `clients`: whether `close()` quits it (the module made it). */
+  ownsClients: readonly boolean[];
+}
+
+/** One node's answer, or its error. */
+type NodeResult<T> = { ok: true; value: T } | { ok: false; error: LockBackendError };
+
+/** The message of semaphore calls: Redlock cannot count permits across independent masters. */
+const NO_SEMAPHORES =
+  'semaphores need one Redis; Redlock cannot count permits across independent masters (two quorums of ' +
+  'independent counters can each see a free permit). Use a separate LockModule with the redis option for semaphores';
+
+/**
+ * Redlock (antirez) over N independent Redis masters, with nest-lock's additions:
+ *
+ * - An attempt runs on every node in parallel, each bounded by `nodeTimeout(ttl)`; it is granted with
+ *   at least `quorum` mature nodes taking the lock AND a positive validity `ttl − elapsed − drift`.
+ *   Otherwise it is released on every node (a lost reply may have taken the key).
+ * - Fences: each node draws one from its own counter (the single store's rule); the lease's fence is
+ *   the largest among the nodes that took the lock, written back (raised, never lowered) on a quorum
+ *   before the grant is returned: any later quorum shares a node with that one, so it draws a larger
+ *   fence (the **max rule**).
+ * - A node nest-lock sees for the first time (its birth marker is missing: a restart that came back
+ *   empty, a FLUSHALL) is young for `quarantine` ms: it neither grants nor counts for a renewal, since
+ *   the leases it forgot may still be valid (the Redlock paper's delayed restart, done by the client).
+ * - No fair line and no wake-ups: waiters poll with the backoff step; `fair` is ignored.
+ * - No semaphores: every semaphore call rejects with `InvalidArgumentError`.
+ *
+ * Key layout per node: as `RedisStore`'s (`<prefix>{<key>}`, `<prefix>{<key>}:fence`), plus the node's
+ * birth marker `<prefix>redlock:born`.
+ */
+export class RedlockStore implements LockStore {
+  private closed = false;
+  /** Redlock hands nothing over (no fair line): never used, but part of the contract. */
+  readonly handoverLease: number;
+  private readonly markerKey: string;
+  private readonly onReady: (() => void)[] = [];
+
+  constructor(
+    private readonly clients: readonly Redis[],
+    private readonly options: RedlockStoreOptions,
+  ) {
+    this.handoverLease = Math.max(1_000, 2 * options.commandTimeout);
+    this.markerKey = `${options.keyPrefix}redlock:born`;
+    // A node's quarantine starts when the client (re)connects, not at the first lock: a restarted master
+    // is marked as soon as it is back, and the scripts mark one that was flushed without a reconnect.
+    clients.forEach((client) => {
+      const mark = () => void this.evalScript(client, redlockMarkScript, [this.markerKey], []).catch(() => undefined);
+      this.onReady.push(mark);
+      client.on('ready', mark);
+      if (client.status === 'ready') mark();
+    });
+  }
+
+  get nodes(): number {
+    return this.clients.length;
+  }
+
+  /** Redlock's drift: `ttl × driftFactor + 2 ms` (the 2 ms: Redis's own expiry precision). */
+  clockDrift(ttl: number): number {
+    return ttl * this.options.driftFactor + 2;
+  }
+
+  /**
+   * How long one node may take to answer one command of an attempt or renewal of `ttl` ms: short
+   * beside the lease, so that a dead node costs a small part of the validity —
+   * `min(commandTimeout, max(ttl / 10, 20 ms))`.
+   */
+  nodeTimeout(ttl: number): number {
+    return Math.min(this.options.commandTimeout, Math.max(ttl / 10, 20));
+  }
+
+  async acquireLock(key: string, token: string, ttl: number): Promise<Attempt> {
+    this.checkTtl(ttl);
+    const start = performance.now();
+    const timeout = this.nodeTimeout(ttl);
+    const keys = this.lockKeys(key);
+    const results = await this.onAll(key, 'acquireLock', timeout, (client, timedOut) =>
+      this.evalScript(client, redlockAcquireScript, keys, [token, toMillis(ttl), this.options.quarantine], timedOut),
+    );
+    let granted = 0;
+    let fence = 0n;
+    let retryIn = Infinity;
+    let answered = 0;
+    for (const result of results) {
+      if (!result.ok) continue;
+      answered++;
+      const [took, nodeFence, pttl, mature] = result.value as [number, string, number, number];
+      if (Number(took) === 1) {
+        if (BigInt(nodeFence) > fence) fence = BigInt(nodeFence);
+        if (Number(mature) === 1) granted++;
+      } else if (Number(pttl) > 0) {
+        retryIn = Math.min(retryIn, Number(pttl));
+      }
+    }
+    const { quorum } = this.options;
+    if (granted >= quorum && this.validity(start, ttl) > 0) {
+      // The max rule: the lease's fence is raised on a quorum before anybody is told of it.
+      const raised = await this.onAll(key, 'acquireLock', timeout, (client, timedOut) =>
+        this.evalScript(client, redlockRaiseFenceScript, [keys[1]], [fence.toString()], timedOut),
+      );
+      if (raised.filter((result) => result.ok).length >= quorum && this.validity(start, ttl) > 0) {
+        return { fence: Number(fence), retryIn: 0 };
+      }
+    }
+    // Not granted: whatever was taken goes back, on every node (a lost reply may have taken it).
+    await this.releaseOnAll(key, token, timeout);
+    if (answered < quorum) throw this.noQuorum(key, 'acquireLock', results);
+    return { fence: 0, retryIn: Number.isFinite(retryIn) ? retryIn : 0 };
+  }
+
+  async releaseLock(key: string, token: string, successor?: Successor): Promise<boolean> {
+    try {
+      this.checkOpen(key);
+      const results = await this.releaseOnAll(key, token, this.options.commandTimeout);
+      const released = results.filter((result) => result.ok && Number(result.value) === 1).length;
+      const failed = results.filter((result) => !result.ok).length;
+      // Not ours on a quorum of the nodes that answered, and the silent ones could change that: unknown.
+      if (released < this.options.quorum && released + failed >= this.options.quorum) {
+        throw this.noQuorum(key, 'releaseLock', results);
+      }
+      return released >= this.options.quorum;
+    } finally {
+      // Nothing is handed over across independent masters.
+      successor?.passed(0);
+    }
+  }
+
+  async extendLock(key: string, token: string, ttl: number): Promise<boolean> {
+    this.checkTtl(ttl);
+    const start = performance.now();
+    const timeout = this.nodeTimeout(ttl);
+    const keys = this.lockKeys(key);
+    const results = await this.onAll(key, 'extendLock', timeout, (client, timedOut) =>
+      this.evalScript(client, redlockExtendScript, keys, [token, toMillis(ttl), this.options.quarantine], timedOut),
+    );
+    let renewed = 0;
+    let failed = 0;
+    const free: number[] = [];
+    results.forEach((result, i) => {
+      if (!result.ok) return void failed++;
+      const [state, mature] = (result.value as [number, number]).map(Number);
+      if (state === 1 && mature === 1) renewed++;
+      if (state === 0) free.push(i);
+    });
+    const { quorum } = this.options;
+    if (renewed < quorum) {
+      if (renewed + failed >= quorum) throw this.noQuorum(key, 'extendLock', results);
+      return false;
+    }
+    if (this.validity(start, ttl) <= 0) {
+      // Renewed, but too late to vouch for it: the watchdog tries again while the lease may still be ours.
+      throw new LockBackendError(
+        `The Redlock nodes answered too late (after ${Math.round(performance.now() - start)} ms): could not ${purposeOf('extendLock', key)}`,
+        key,
+      );
+    }
+    // Nodes that lost the lock while the quorum kept it get it back, so that it survives the next failure.
+    await Promise.all(
+      free.map((i) =>
+        this.onNode(key, 'extendLock', timeout, (timedOut) =>
+          this.evalScript(this.clients[i], redlockSeedScript, [keys[0]], [token, toMillis(ttl)], timedOut),
+        ),
+      ),
+    );
+    return true;
+  }
+
+  async isLocked(key: string): Promise<boolean> {
+    return (await this.inspectLock(key)).held;
+  }
+
+  async extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]> {
+    return Promise.all(
+      leases.map((lease) =>
+        (lease.kind === 'lock' ? this.extendLock(lease.id, lease.token, lease.ttl) : this.extendPermit(lease.id)).catch(
+          (error: unknown) => (error instanceof LockBackendError ? error : backendErrorOf(error, 'renewal', lease.id)),
+        ),
+      ),
+    );
+  }
+
+  /** No wake-ups across independent masters: a turn waits the backoff step, and never promises a hand-over. */
+  openTurn(): Turn {
+    return {
+      wait: async (wait: TurnWait, signal?: AbortSignal) => {
+        await sleep(Math.max(0, wait.step), signal);
+        return 0;
+      },
+      close: () => undefined,
+    };
+  }
+
+  // Semaphores: refused (see NO_SEMAPHORES and docs/API.md).
+
+  acquirePermit(): Promise<Attempt> {
+    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
+  }
+
+  releasePermit(_name: string, _token: string, successor?: Successor): Promise<boolean> {
+    successor?.passed(0);
+    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
+  }
+
+  extendPermit(_name?: string): Promise<boolean> {
+    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
+  }
+
+  countPermits(): Promise<number> {
+    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
+  }
+
+  listPermits(): Promise<number[]> {
+    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
+  }
+
+  // Inspection and operators' tools.
+
+  /**
+   * Held when one token holds the lock on at least a quorum of the nodes; its `ttl` is how long a
+   * quorum still holds it (the quorum-th longest PTTL), `fence` the largest counter of the nodes.
+   * Needs a quorum of nodes to answer.
+   */
+  async inspectLock(key: string): Promise<LockInspection> {
+    const results = await this.onAll(key, 'inspectLock', this.options.commandTimeout, (client, timedOut) =>
+      this.evalScript(client, redlockInspectScript, this.lockKeys(key).slice(0, 2), [], timedOut),
+    );
+    const answers = results.flatMap((result) => (result.ok ? [result.value as [string, number, string]] : []));
+    if (answers.length < this.options.quorum) throw this.noQuorum(key, 'inspectLock', results);
+    let fence = 0n;
+    const byHolder = new Map<string, number[]>();
+    for (const [holder, pttl, counter] of answers) {
+      if (counter !== '' && BigInt(counter) > fence) fence = BigInt(counter);
+      if (holder === '') continue;
+      const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : Number(pttl);
+      byHolder.set(holder, [...(byHolder.get(holder) ?? []), ttl]);
+    }
+    const withFence = fence > 0n ? { fence: Number(fence) } : {};
+    for (const ttls of byHolder.values()) {
+      if (ttls.length < this.options.quorum) continue;
+      const ttl = ttls.sort((a, b) => b - a)[this.options.quorum - 1];
+      return { held: true, ttl, ...withFence };
+    }
+    return { held: false, ttl: 0, ...withFence };
+  }
+
+  /** Deletes the lock on every node whoever holds it; `true` when one token held it on a quorum. */
+  async forceReleaseLock(key: string): Promise<boolean> {
+    const results = await this.onAll(key, 'forceReleaseLock', this.options.commandTimeout, (client, timedOut) =>
+      this.evalScript(client, redlockForceReleaseScript, [this.lockKeys(key)[0]], [], timedOut),
+    );
+    const counts = new Map<string, number>();
+    for (const result of results) {
+      if (result.ok && result.value !== '') {
+        const holder = String(result.value);
+        counts.set(holder, (counts.get(holder) ?? 0) + 1);
+      }
+    }
+    const failed = results.filter((result) => !result.ok).length;
+    const held = [...counts.values()].some((count) => count >= this.options.quorum);
+    if (!held && results.length - failed < this.options.quorum) throw this.noQuorum(key, 'forceReleaseLock', results);
+    return held;
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all(
+      this.clients.map(async (client, i) => {
+        client.removeListener('ready', this.onReady[i]);
+        if (!this.options.ownsClients[i]) return;
+        if (client.status === 'ready') {
+          // Bounded: a stopped server never answers QUIT.
+          await Promise.race([client.quit(), sleep(this.options.commandTimeout)]).catch(() => undefined);
+        }
+        client.disconnect();
+      }),
+    );
+  }
+
+  /** The lock's key and its fence counter on every node, and the node's birth marker. */
+  keysOf(_kind: LeaseKind, id: string): string[] {
+    return this.lockKeys(id).slice(0, 2);
+  }
+
+  private lockKeys(key: string): [string, string, string] {
+    const lock = `${this.options.keyPrefix}${hashTagged(key)}`;
+    return [lock, `${lock}:fence`, this.markerKey];
+  }
+
+  /** Milliseconds of a lease of `ttl` sent at `start` the caller may still count on. */
+  private validity(start: number, ttl: number): number {
+    return ttl - (performance.now() - start) - this.clockDrift(ttl);
+  }
+
+  private checkTtl(ttl: number): void {
+    const { quarantine } = this.options;
+    if (quarantine > 0 && ttl > quarantine) {
+      throw new InvalidArgumentError(
+        'ttl',
+        `must be ≤ redlock.quarantine (${quarantine} ms) on Redlock: a master that restarted empty is trusted again only after it, so no lease may outlast it; got ${ttl}`,
+      );
+    }
+  }
+
+  private checkOpen(key: string): void {
+    if (this.closed) throw new LockBackendError('The Redlock lock store is closed', key, { retryable: false });
+  }
+
+  /** Not enough nodes answered to decide: the first node error explains it, the message says how many answered. */
+  private noQuorum(key: string, operation: string, results: NodeResult<unknown>[]): LockBackendError {
+    const failures = results.flatMap((result) => (result.ok ? [] : [result.error]));
+    const first = failures[0];
+    const answered = results.length - failures.length;
+    const message =
+      `Only ${answered} of ${results.length} Redlock nodes answered (quorum ${this.options.quorum}): ` +
+      `could not ${purposeOf(operation, key)}${first ? ` (${first.message})` : ''}`;
+    const code = failures.some((failure) => failure.code === 'BACKEND_ERROR') ? 'BACKEND_ERROR' : undefined;
+    return new LockBackendError(message, key, { cause: first, ...(code ? { code } : {}) });
+  }
+
+  private releaseOnAll(key: string, token: string, timeout: number): Promise<NodeResult<unknown>[]> {
+    const lock = this.lockKeys(key)[0];
+    return this.onAll(key, 'releaseLock', timeout, (client, timedOut) =>
+      this.evalScript(client, redlockReleaseScript, [lock], [token], timedOut),
+    );
+  }
+
+  /** Runs `command` on every node at once; each answer or error, in the order of the nodes. */
+  private async onAll(
+    key: string,
+    operation: string,
+    timeout: number,
+    command: (client: Redis, timedOut: () => boolean) => Promise<unknown>,
+  ): Promise<NodeResult<unknown>[]> {
+    this.checkOpen(key);
+    return Promise.all(this.clients.map((client) => this.onNode(key, operation, timeout, (t) => command(client, t))));
+  }
+
+  /** One command on one node, bounded by `timeout`; never rejects. */
+  private async onNode(
+    key: string,
+    operation: string,
+    timeout: number,
+    command: (timedOut: () => boolean) => Promise<unknown>,
+  ): Promise<NodeResult<unknown>> {
+    const deadline = performance.now() + timeout;
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            new LockBackendError(
+              `A Redlock node did not answer within ${Math.round(timeout)} ms: could not ${purposeOf(operation, key)}`,
+              key,
+            ),
+          ),
+        timeout,
+      );
+    });
+    const running = command(() => performance.now() >= deadline);
+    running.catch(() => undefined); // its late failure after a timeout is nobody's business
+    try {
+      return { ok: true, value: await Promise.race([running, expired]) };
+    } catch (error) {
+      return { ok: false, error: backendErrorOf(error, operation, key) };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** EVALSHA, and EVAL after NOSCRIPT (a restarted node lost its script cache) unless the caller gave up. */
+  private async evalScript(
+    client: Redis,
+    script: RedisScript,
+    keys: string[],
+    args: (string | number)[],
+    timedOut: () => boolean = () => false,
+  ): Promise<unknown> {
+    try {
+      return await client.evalsha(script.sha, script.numberOfKeys, ...keys, ...args);
+    } catch (error) {
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
+      return await client.eval(script.source, script.numberOfKeys, ...keys, ...args);
+    }
+  }
+}
+
+/** `{<id>}`, or `{<digest>}<id>` when a brace in `id` could break the hash tag: `RedisStore`'s layout. */
+function hashTagged(id: string): string {
+  return /[{}]/.test(id) ? `{${createHash('sha256').update(id).digest('hex').slice(0, 32)}}${id}` : `{${id}}`;
+}
+
+/** `PX` takes whole milliseconds; rounding up never shortens a lease. */
+function toMillis(ttl: number): number {
+  return Math.ceil(ttl);
+}

@@ -1,0 +1,400 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { InvalidArgumentError, LockBackendError, type Lock, type LockModuleOptions } from 'nest-lock';
+import { type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  type AppliedWrite,
+  checkFencedWork,
+  checkFenceOrder,
+  checkMutualExclusion,
+  type FencedWorkRecord,
+  type HoldRecord,
+} from '../support/history.js';
+import { bootLockModule, type LockApp } from '../support/lock-app.js';
+import { RedisServer } from '../support/redis-server.js';
+import { IndependentMasters } from '../support/topologies.js';
+import { killWorker, startWorker } from '../support/workers.js';
+
+/** What the run measured, printed once at the end. */
+const timings: Record<string, number | string> = {};
+afterAll(() => {
+  console.log(`redlock topology timings (ms): ${JSON.stringify(timings)}`);
+});
+
+const COMMAND_TIMEOUT = 200;
+
+/** Boots a module on Redlock over `urls`, and waits until a lock can be taken (every node out of quarantine). */
+async function bootRedlock(urls: string[], redlock: Partial<NonNullable<LockModuleOptions['redlock']>>, ttl: number) {
+  const app = await bootLockModule({
+    redlock: { nodes: urls, ...redlock },
+    commandTimeout: COMMAND_TIMEOUT,
+    defaults: { ttl, timeout: 2_000, maxStep: 50 },
+    logger: false,
+  });
+  return app;
+}
+
+/** Waits until `app` can take a probe lock (the nodes it needs are out of quarantine); returns how long that took. */
+async function untilLockable(app: LockApp, within = 15_000): Promise<number> {
+  const start = Date.now();
+  for (;;) {
+    const probe = await app.locks.tryLock(`probe:${Date.now()}:${Math.random()}`, { ttl: 500 }).catch(() => null);
+    if (probe) {
+      await probe.unlock();
+      return Date.now() - start;
+    }
+    if (Date.now() - start > within) throw new Error(`no lock could be taken within ${within} ms`);
+    await delay(50);
+  }
+}
+
+/** A hold as the history checker reads it, from a lock held in this process. */
+function holdOf(lock: Lock, pid: number, requestedAt: number, acquiredAt: number): HoldRecord {
+  return {
+    pid,
+    worker: 0,
+    key: lock.key,
+    kind: 'lock',
+    token: lock.token,
+    fence: lock.fence,
+    requestedAt,
+    acquiredAt,
+    validUntil: acquiredAt + lock.validity,
+    releasedAt: Date.now() + 60_000,
+  };
+}
+
+describe('Redlock over 3 independent masters', () => {
+  const TTL = 2_000;
+  let masters: IndependentMasters;
+  let app: LockApp;
+
+  beforeAll(async () => {
+    masters = await IndependentMasters.start(3);
+    app = await bootRedlock(masters.urls, { quarantine: TTL }, TTL);
+    // Fresh masters are young too: the first lock waits out the quarantine from the module's start.
+    timings.firstLockAfterStart3 = await untilLockable(app);
+  });
+  afterAll(async () => {
+    await app?.module.close();
+    await masters?.stop();
+  });
+
+  it('locks, unlocks and expires, with fences that go up and a validity within ttl − drift', async () => {
+    const first = await app.locks.lock('basic', { ttl: 1_000 });
+    expect(first.fence).toBeGreaterThan(0);
+    expect(first.validity).toBeGreaterThan(0);
+    expect(first.validity).toBeLessThanOrEqual(1_000 - (1_000 * 0.01 + 2));
+    expect(await app.locks.tryLock('basic')).toBeNull();
+    expect(await app.locks.isLocked('basic')).toBe(true);
+    const inspected = await app.locks.inspect('basic');
+    expect(inspected.held).toBe(true);
+    expect(inspected.ttl).toBeGreaterThan(0);
+    expect(inspected.ttl).toBeLessThanOrEqual(1_000);
+    expect(inspected.fence).toBe(first.fence);
+    // Every node holds it.
+    for (const url of masters.urls) {
+      const node = new Redis(url);
+      expect(await node.get('lock:{basic}')).toBe(first.token);
+      node.disconnect();
+    }
+    expect(await first.expire(1_500)).toBe(true);
+    expect(first.validity).toBeGreaterThan(1_000);
+    expect(await first.unlock()).toBe(true);
+    expect(await first.unlock()).toBe(false);
+    expect(await app.locks.isLocked('basic')).toBe(false);
+
+    const second = await app.locks.lock('basic', { ttl: 300 });
+    expect(second.fence).toBeGreaterThan(first.fence);
+    // Not released: it runs out, and another owner gets it after that.
+    const waitedFrom = Date.now();
+    const third = await app.locks.lock('basic', { timeout: 2_000 });
+    expect(Date.now() - waitedFrom).toBeGreaterThanOrEqual(200);
+    expect(third.fence).toBeGreaterThan(second.fence);
+    expect(await second.unlock()).toBe(false);
+    expect(await app.locks.forceUnlock('basic')).toBe(true);
+    expect(await third.unlock()).toBe(false);
+  });
+
+  it('follows driftFactor in the validity, and refuses a ttl above the quarantine and semaphores at call time', async () => {
+    const drifting = await bootRedlock(masters.urls, { quarantine: TTL, driftFactor: 0.2 }, TTL);
+    try {
+      const lock = await drifting.locks.lock('drift', { ttl: 1_000 });
+      expect(lock.validity).toBeLessThanOrEqual(1_000 - (1_000 * 0.2 + 2));
+      expect(lock.validity).toBeGreaterThan(600);
+      await lock.unlock();
+      await expect(drifting.locks.lock('drift', { ttl: TTL + 1 })).rejects.toThrow(InvalidArgumentError);
+      await expect(drifting.locks.lock('drift', { ttl: TTL + 1 })).rejects.toThrow(/redlock.quarantine/);
+      await expect(drifting.semaphores.acquire('pool', 2)).rejects.toThrow(/semaphores need one Redis/);
+      await expect(drifting.semaphores.count('pool')).rejects.toThrow(InvalidArgumentError);
+    } finally {
+      await drifting.module.close();
+    }
+  });
+
+  it('keeps working with one master killed', async () => {
+    await masters.kill(2);
+    try {
+      const lock = await app.locks.lock('one-down', { ttl: 1_000, timeout: 1_000 });
+      expect(lock.fence).toBeGreaterThan(0);
+      expect(await app.locks.tryLock('one-down')).toBeNull();
+      expect(await lock.expire()).toBe(true);
+      expect(await lock.unlock()).toBe(true);
+      const again = await app.locks.lock('one-down', { ttl: 1_000, timeout: 1_000 });
+      expect(again.fence).toBeGreaterThan(lock.fence);
+      expect(await again.unlock()).toBe(true);
+    } finally {
+      await masters.restart(2);
+    }
+  });
+
+  it('fails cleanly within the timeout with two masters killed, and never hangs', async () => {
+    await masters.kill(0);
+    await masters.kill(1);
+    try {
+      const start = Date.now();
+      const failure = await app.locks.lock('two-down', { ttl: 1_000, timeout: 800 }).catch((error: unknown) => error);
+      const took = Date.now() - start;
+      timings.twoDownFailureMs = took;
+      // The last attempt could not reach a quorum: the library's rule is the backend error, not a timeout.
+      expect(failure).toBeInstanceOf(LockBackendError);
+      expect((failure as LockBackendError).code).toBe('BACKEND_UNAVAILABLE');
+      expect((failure as Error).message).toMatch(/Only 1 of 3 Redlock nodes answered \(quorum 2\)/);
+      expect(took).toBeLessThan(800 + 3 * COMMAND_TIMEOUT + 300);
+      expect(await app.locks.tryLock('two-down').catch((error: unknown) => error)).toBeInstanceOf(LockBackendError);
+    } finally {
+      await masters.restart(0);
+      await masters.restart(1);
+    }
+    // Back (empty, so young): locks come back once the quarantine is over.
+    timings.lockableAfterTwoRestarts = await untilLockable(app);
+  });
+
+  it('keeps a master that restarted empty from letting a second owner in while the first owner is valid', async () => {
+    await untilLockable(app);
+    const other = await bootRedlock(masters.urls, { quarantine: TTL }, TTL);
+    // The control: the same client without the quarantine lets the second owner in, and the checker sees it.
+    const careless = await bootRedlock(masters.urls, { quarantine: 0 }, TTL);
+    try {
+      // A holds the lock on nodes 0 and 1 only: node 2 is down when A takes it, and comes back empty.
+      await masters.kill(2);
+      const requestedA = Date.now();
+      const a = await app.locks.lock('restarted', { ttl: TTL });
+      const acquiredA = Date.now();
+      await masters.restart(2);
+      // Node 1 crashes and comes back empty: of A's two nodes only node 0 remembers A.
+      await masters.kill(1);
+      await masters.restart(1);
+      const validUntilA = Date.now() + a.validity;
+      expect(a.validity).toBeGreaterThan(500);
+
+      // Nodes 1 and 2 would grant the lock (a quorum), but they are young: no second owner while A is valid.
+      // (Right after the restarts a client may not have reconnected to them yet: then it cannot reach a
+      // quorum and fails with LockBackendError, which is no grant either.)
+      let refusals = 0;
+      let controlled = false;
+      while (Date.now() < validUntilA - 50) {
+        const attempt = await other.locks.tryLock('restarted').catch((error: unknown) => error);
+        if (attempt !== null) expect(attempt).toBeInstanceOf(LockBackendError);
+        else refusals++;
+        if (!controlled && refusals >= 3) {
+          const requestedC = Date.now();
+          const c = await careless.locks.tryLock('restarted').catch(() => null);
+          const acquiredC = Date.now();
+          if (c !== null) {
+            controlled = true;
+            const overlaps = checkMutualExclusion([
+              holdOf(a, 1, requestedA, acquiredA),
+              holdOf(c, 2, requestedC, acquiredC),
+            ]);
+            expect(overlaps).toHaveLength(1);
+            expect(overlaps[0].check).toBe('overlap');
+            expect(await c.unlock()).toBe(true);
+          }
+        }
+        await delay(25);
+      }
+      expect(refusals).toBeGreaterThan(5);
+      expect(controlled).toBe(true);
+
+      // After A's validity (and the quarantine of the restarted nodes), the second client gets it.
+      const b = await other.locks.lock('restarted', { timeout: 5_000 });
+      timings.secondOwnerAfterValidityMs = Date.now() - validUntilA;
+      expect(Date.now()).toBeGreaterThanOrEqual(validUntilA);
+      expect(b.fence).toBeGreaterThan(a.fence);
+      expect(checkMutualExclusion([holdOf(a, 1, requestedA, acquiredA), holdOf(b, 2, Date.now(), Date.now())])).toEqual(
+        [],
+      );
+      await b.unlock();
+    } finally {
+      await other.module.close();
+      await careless.module.close();
+    }
+  });
+});
+
+interface WorkerSummary {
+  pid: number;
+  holds: number;
+  errors: Record<string, number>;
+  unexpected: string[];
+  unhandledRejections: number;
+}
+
+describe('Redlock over 5 independent masters: mutual exclusion under kills and empty restarts', () => {
+  const TTL = 1_500;
+  const PROCESSES = 3;
+  const LOOPS = 3;
+  const FAULT_PHASE_MS = 15_000;
+  let masters: IndependentMasters;
+  let resourceServer: RedisServer;
+  let resource: Redis;
+  const children: ChildProcess[] = [];
+
+  beforeAll(async () => {
+    masters = await IndependentMasters.start(5);
+    resourceServer = await RedisServer.start();
+    resource = new Redis(resourceServer.url);
+  });
+  afterAll(async () => {
+    await Promise.all(children.map((child) => killWorker(child)));
+    resource?.disconnect();
+    await resourceServer?.stop();
+    await masters?.stop();
+  });
+
+  it('never grants a lock twice at once, keeps fences in order and writes every unit once (history checker)', async () => {
+    const run = 'rl5';
+    const keys = ['a', 'b'].map((key) => `${run}:${key}`);
+    const slowKey = `${run}:slow`;
+    const seeded: string[] = [];
+    for (const key of [...keys, slowKey]) {
+      const units = Array.from({ length: 3_000 }, (_, i) => `${key}#${i}`);
+      seeded.push(...units);
+      await resource.rpush(`${run}:queue:${key}`, ...units);
+    }
+    const config = {
+      mode: 'lock',
+      run,
+      redlockUrls: masters.urls,
+      quarantine: TTL,
+      resourceUrl: resourceServer.url,
+      keys,
+      slowKey,
+      loops: LOOPS,
+      ttl: TTL,
+      timeout: 4_000,
+      maxStep: 25,
+      commandTimeout: COMMAND_TIMEOUT,
+      sectionMs: 2,
+      slowSectionMs: TTL * 1.5,
+    };
+    const exits: Promise<unknown[]>[] = [];
+    for (let i = 0; i < PROCESSES; i++) {
+      const { child } = await startWorker('fault-worker', [JSON.stringify(config)]);
+      children.push(child);
+      exits.push(once(child, 'exit'));
+    }
+
+    // Up to two masters down at a time, each killed one coming back EMPTY on its port.
+    const down = new Set<number>();
+    let kills = 0;
+    let restarts = 0;
+    const faultsUntil = Date.now() + FAULT_PHASE_MS;
+    while (Date.now() < faultsUntil) {
+      await delay(300 + Math.random() * 600);
+      const up = [0, 1, 2, 3, 4].filter((i) => !down.has(i));
+      if (down.size < 2 && (down.size === 0 || Math.random() < 0.6)) {
+        const victim = up[Math.floor(Math.random() * up.length)];
+        await masters.kill(victim);
+        down.add(victim);
+        kills++;
+      } else {
+        const back = [...down][Math.floor(Math.random() * down.size)];
+        await masters.restart(back);
+        down.delete(back);
+        restarts++;
+      }
+    }
+    for (const i of down) await masters.restart(i);
+    restarts += down.size;
+    // A while with every master back (out of quarantine), so that the run ends with locks granted again.
+    await delay(TTL * 2);
+    const holdsBeforeStop = await resource.llen(`${run}:holds`);
+
+    await resource.set(`${run}:stop`, '1');
+    const codes = await Promise.all(
+      exits.map((exit) => Promise.race([exit, delay(30_000, ['timeout'], { ref: false })])),
+    );
+    const parse = <T>(lines: string[]) => lines.map((line) => JSON.parse(line) as T);
+    const holds = parse<HoldRecord>(await resource.lrange(`${run}:holds`, 0, -1));
+    const work = parse<FencedWorkRecord>(await resource.lrange(`${run}:work`, 0, -1));
+    const applied = parse<AppliedWrite>(await resource.lrange(`${run}:applied`, 0, -1));
+    const pending: string[] = [];
+    for (const key of [...keys, slowKey]) pending.push(...(await resource.lrange(`${run}:queue:${key}`, 0, -1)));
+    const pendingSet = new Set(pending);
+    const summaries = Object.values(await resource.hgetall(`${run}:summaries`)).map(
+      (json) => JSON.parse(json) as WorkerSummary,
+    );
+
+    const overlaps = checkMutualExclusion(holds);
+    const fenceOrder = checkFenceOrder(holds);
+    const fencedWork = checkFencedWork(work, {
+      units: seeded.filter((unit) => !pendingSet.has(unit)),
+      pending,
+      resourceLog: applied,
+    });
+    Object.assign(timings, {
+      fiveMasters: `${holds.length} holds by ${new Set(holds.map((hold) => hold.pid)).size} processes, ${kills} kills, ${restarts} empty restarts, ${applied.length} fenced writes`,
+    });
+    expect(overlaps.map((violation) => violation.message)).toEqual([]);
+    expect(fenceOrder.map((violation) => violation.message)).toEqual([]);
+    expect(fencedWork.map((violation) => violation.message)).toEqual([]);
+    expect(kills).toBeGreaterThanOrEqual(5);
+    expect(holds.length).toBeGreaterThanOrEqual(300);
+    expect(holdsBeforeStop).toBeGreaterThan(0);
+    expect(new Set(holds.map((hold) => hold.pid)).size).toBe(PROCESSES);
+    expect(applied.length).toBeGreaterThan(100);
+    expect(codes.map(([code]) => code)).toEqual(Array.from({ length: PROCESSES }, () => 0));
+    expect(summaries).toHaveLength(PROCESSES);
+    expect(summaries.flatMap((summary) => summary.unexpected)).toEqual([]);
+    expect(summaries.reduce((sum, summary) => sum + summary.unhandledRejections, 0)).toBe(0);
+  });
+
+  it('control: the same checker finds overlaps when workers release by a raw DEL on every master', async () => {
+    const run = 'rl5-broken';
+    const config = {
+      mode: 'broken',
+      run,
+      redlockUrls: masters.urls,
+      quarantine: TTL,
+      resourceUrl: resourceServer.url,
+      keys: [`${run}:k`],
+      loops: LOOPS,
+      ttl: 300,
+      timeout: 4_000,
+      maxStep: 25,
+      commandTimeout: COMMAND_TIMEOUT,
+      sectionMs: 5,
+      longEvery: 3,
+    };
+    const exits: Promise<unknown[]>[] = [];
+    for (let i = 0; i < PROCESSES; i++) {
+      const { child } = await startWorker('fault-worker', [JSON.stringify(config)]);
+      children.push(child);
+      exits.push(once(child, 'exit'));
+    }
+    await delay(4_000);
+    await resource.set(`${run}:stop`, '1');
+    await Promise.all(exits.map((exit) => Promise.race([exit, delay(30_000, ['timeout'], { ref: false })])));
+    const holds = (await resource.lrange(`${run}:holds`, 0, -1)).map((line) => JSON.parse(line) as HoldRecord);
+
+    const overlaps = checkMutualExclusion(holds);
+    timings.brokenControl = `${holds.length} holds, ${overlaps.length} overlaps`;
+    expect(holds.length).toBeGreaterThan(20);
+    expect(overlaps.length).toBeGreaterThan(0);
+    expect(overlaps[0].check).toBe('overlap');
+  });
+});
