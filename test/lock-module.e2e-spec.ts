@@ -219,6 +219,22 @@ describe('LockModule', () => {
         { redis: { cluster: { nodes: ['redis://a:1'], options: 1 as never } } },
         'redis.cluster.options',
       ],
+      ['waitForReplicas without redis', { waitForReplicas: { replicas: 1, timeout: 50 } }, 'waitForReplicas'],
+      [
+        'waitForReplicas with a cluster',
+        { redis: { cluster: { nodes: ['redis://a:1'] } }, waitForReplicas: { replicas: 1, timeout: 50 } },
+        'waitForReplicas',
+      ],
+      [
+        'waitForReplicas of 0 replicas',
+        { redis: 'redis://127.0.0.1:1', waitForReplicas: { replicas: 0, timeout: 50 } },
+        'waitForReplicas.replicas',
+      ],
+      [
+        'a waitForReplicas timeout at commandTimeout',
+        { redis: 'redis://127.0.0.1:1', waitForReplicas: { replicas: 1, timeout: 1_000 } },
+        'waitForReplicas.timeout',
+      ],
       ['commandTimeout 0', { commandTimeout: 0 }, 'commandTimeout'],
       ["store 'memory' together with redis", { store: 'memory', redis: 'redis://127.0.0.1:1' }, 'store'],
       ["store 'redis' without redis", { store: 'redis' }, 'redis'],

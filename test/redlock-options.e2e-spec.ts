@@ -132,9 +132,16 @@ describe('redlock options', () => {
     const cluster = new Cluster([{ host: '127.0.0.1', port: server.port }], { lazyConnect: true });
     const error = await bootstrapError(LockModule.forRoot({ redlock: { nodes: [cluster as never] } }));
     expect(error).toBeInstanceOf(InvalidArgumentError);
-    expect((error as Error).message).toMatch(/not a cluster client/);
+    expect((error as Error).message).toMatch(/not a cluster/);
     expect(cluster.status).toBe('wait');
     cluster.disconnect();
+  });
+
+  it('refuses the cluster option as a node', async () => {
+    const node = { cluster: { nodes: [`redis://127.0.0.1:${server.port}`] } };
+    const error = await bootstrapError(LockModule.forRoot({ redlock: { nodes: [node as never] } }));
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error).toMatchObject({ argument: 'redlock.nodes[0]', message: expect.stringMatching(/not a cluster/) });
   });
 
   it('boots with one node (quorum 1), three URLs or clients, and closes only the clients it made', async () => {

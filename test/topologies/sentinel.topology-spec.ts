@@ -3,6 +3,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { checkHistory, type HoldRecord } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
 import { SentinelTopology } from '../support/topologies.js';
+import { command } from '../support/topology-tools.js';
 import { runWorkers } from '../support/workers.js';
 
 /** What the runs measured, printed once at the end (for docs/DEPLOYMENT.md). */
@@ -28,6 +29,40 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
   afterAll(async () => {
     await closeLockApp(app);
     await topology?.stop();
+  });
+
+  it('waits for a replica to acknowledge each lease when asked (waitForReplicas), and says what it costs', async () => {
+    const waiting = await bootLockModule({
+      redis: { sentinels: topology.sentinels, name: topology.name },
+      waitForReplicas: { replicas: 1, timeout: 100 },
+    });
+    try {
+      const primary = await topology.primary();
+      const waits = async () =>
+        Number(
+          /cmdstat_wait:calls=(\d+)/.exec(String(await command(primary.port, ['INFO', 'commandstats'])))?.[1] ?? 0,
+        );
+      const before = await waits();
+      const pairsPerSecond = async (locks: LockApp['locks']) => {
+        const key = uniqueKey('cost');
+        const start = performance.now();
+        let pairs = 0;
+        while (performance.now() - start < 1_000) {
+          await (await locks.lock(key)).unlock();
+          pairs++;
+        }
+        return pairs / ((performance.now() - start) / 1_000);
+      };
+      const plain = await pairsPerSecond(app.locks);
+      const acknowledged = await pairsPerSecond(waiting.locks);
+
+      expect((await waits()) - before).toBeGreaterThan(0);
+      expect(acknowledged).toBeGreaterThan(0);
+      figures.pairsPerSecondPlain = Math.round(plain);
+      figures.pairsPerSecondWaitForReplicas = Math.round(acknowledged);
+    } finally {
+      await closeLockApp(waiting);
+    }
   });
 
   it('recovers by itself when the primary is killed: callers get a lease or a clean error, then leases again', async () => {

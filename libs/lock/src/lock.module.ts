@@ -82,6 +82,7 @@ async function createStore({
   store,
   keyPrefix,
   commandTimeout,
+  waitForReplicas,
   logger: loggerOption,
 }: ResolvedModuleOptions): Promise<LockStore> {
   const logger = createLockLogger(loggerOption, 'LockModule');
@@ -102,8 +103,8 @@ async function createStore({
     return new MemoryStore();
   }
   if (isRedisClient(redis)) {
-    return new RedisStore(redis, { keyPrefix, commandTimeout, ownsClient: false });
+    return new RedisStore(redis, { keyPrefix, commandTimeout, ownsClient: false, waitForReplicas });
   }
   const client = await connectModuleClient(redis, logger);
-  return new RedisStore(client, { keyPrefix, commandTimeout, ownsClient: true });
+  return new RedisStore(client, { keyPrefix, commandTimeout, ownsClient: true, waitForReplicas });
 }

@@ -91,6 +91,13 @@ export interface LockModuleOptions {
    */
   commandTimeout?: number;
   /**
+   * Best effort against a failover losing a fresh lease (Sentinel, or a primary with replicas):
+   * after every granted attempt, `WAIT replicas timeout` until that many replicas have the write,
+   * or `timeout` ms passed (the lease is granted either way). One Redis with replicas only: not
+   * with a cluster, nor Redlock; `timeout` below `commandTimeout`.
+   */
+  waitForReplicas?: { replicas: number; timeout: number };
+  /**
    * Told once about every lease lost while it was being renewed or held by `withLock`,
    * `withPermit` or a decorator (renewal found it gone or taken, or could not renew it in
    * time). It is logged as well; what the hook throws is logged, never rethrown.
@@ -190,6 +197,7 @@ export interface ResolvedModuleOptions {
   keyPrefix: string;
   defaults: Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
   commandTimeout: number;
+  waitForReplicas?: { replicas: number; timeout: number };
   onLockLost?: (error: LockLostError) => void;
   retryAfter: number;
   errorBody?: LockModuleOptions['errorBody'];
@@ -203,6 +211,7 @@ const MODULE_OPTION_NAMES = new Set([
   'keyPrefix',
   'defaults',
   'commandTimeout',
+  'waitForReplicas',
   'onLockLost',
   'retryAfter',
   'errorBody',
@@ -227,6 +236,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     keyPrefix = DEFAULT_KEY_PREFIX,
     defaults = {},
     commandTimeout = DEFAULT_COMMAND_TIMEOUT,
+    waitForReplicas,
     onLockLost,
     retryAfter = DEFAULT_RETRY_AFTER_SECONDS,
     errorBody,
@@ -264,11 +274,45 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
       fair: validateBoolean(defaults.fair, 'defaults.fair') ?? DEFAULT_FAIR,
     }),
     commandTimeout: duration('commandTimeout', commandTimeout),
+    ...(waitForReplicas === undefined
+      ? {}
+      : { waitForReplicas: validateWaitForReplicas(waitForReplicas, redis, redlock, commandTimeout) }),
     ...(onLockLost ? { onLockLost } : {}),
     retryAfter: validateRetryAfter(retryAfter),
     ...(errorBody ? { errorBody } : {}),
     ...(logger === undefined ? {} : { logger }),
   };
+}
+
+/** `{ replicas ≥ 1, 0 < timeout < commandTimeout }`, with one Redis (not a cluster, not Redlock). */
+function validateWaitForReplicas(
+  wait: unknown,
+  redis: unknown,
+  redlock: unknown,
+  commandTimeout: number,
+): { replicas: number; timeout: number } {
+  if (!isPlainObject(wait)) {
+    throw new InvalidArgumentError('waitForReplicas', `must be { replicas, timeout }, got ${describe(wait)}`);
+  }
+  rejectUnknownNames('waitForReplicas.', wait as object, new Set(['replicas', 'timeout']));
+  const { replicas, timeout } = wait as { replicas?: unknown; timeout?: unknown };
+  if (typeof replicas !== 'number' || !Number.isInteger(replicas) || replicas < 1) {
+    throw new InvalidArgumentError('waitForReplicas.replicas', `must be a whole number ≥ 1, got ${describe(replicas)}`);
+  }
+  if (typeof timeout !== 'number' || !Number.isInteger(timeout) || timeout < 1 || timeout >= commandTimeout) {
+    throw new InvalidArgumentError(
+      'waitForReplicas.timeout',
+      `must be whole milliseconds ≥ 1 and below commandTimeout (${commandTimeout}), got ${describe(timeout)}`,
+    );
+  }
+  const cluster = isClusterOption(redis) || (redis as { isCluster?: unknown } | undefined)?.isCluster === true;
+  if (redis === undefined || cluster || redlock !== undefined) {
+    throw new InvalidArgumentError(
+      'waitForReplicas',
+      'needs one Redis with replicas (the redis option, Sentinel or a primary): not the memory store, a cluster or Redlock',
+    );
+  }
+  return { replicas, timeout };
 }
 
 /** `false`, or an object with the methods every Nest `LoggerService` has. */

@@ -35,6 +35,8 @@ export interface RedisStoreOptions {
   commandTimeout: number;
   /** `close()` quits the client only when the module created it; a client passed in stays open. */
   ownsClient: boolean;
+  /** After a granted attempt, `WAIT replicas timeout` (best effort: the lease is granted either way). */
+  waitForReplicas?: { replicas: number; timeout: number } | undefined;
 }
 
 /**
@@ -209,7 +211,20 @@ export class RedisStore implements LockStore {
       ...args,
       ...rest,
     ])) as [number, number, string | undefined];
+    if (Number(fence) > 0 && this.options.waitForReplicas) await this.waitForReplicas(id, this.options.waitForReplicas);
     return { fence: Number(fence), retryIn: Number(retryIn), lastFence: Number(lastFence ?? 0) };
+  }
+
+  /**
+   * Gives the replicas up to `timeout` ms to acknowledge the lease just written (on the same
+   * connection, so WAIT covers it): a failover then keeps it unless the replicas were late. Best
+   * effort, as Redisson's: a lease the replicas did not acknowledge in time is still granted.
+   */
+  private async waitForReplicas(
+    id: string,
+    { replicas, timeout }: { replicas: number; timeout: number },
+  ): Promise<void> {
+    await this.run(id, 'WAIT', () => (this.client as Redis).wait(replicas, timeout)).catch(() => undefined);
   }
 
   /** `<prefix>{<key>}` for a lock, `<prefix>sem:{<name>}` for a semaphore (see the class comment for braces). */
