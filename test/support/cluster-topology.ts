@@ -170,6 +170,24 @@ export class RedisClusterTopology {
   }
 
   /**
+   * Makes every running node forget who serves `slot` (CLUSTER DELSLOTS): with a slot uncovered each
+   * node says cluster_state:fail. Returns the primary that served it, for `recoverSlot`.
+   */
+  async uncoverSlot(slot: number): Promise<ClusterNode> {
+    const owner = (await this.primaries()).find((node) => node.slots.some(([from, to]) => from <= slot && slot <= to));
+    if (!owner) throw new Error(`no primary serves slot ${slot}`);
+    const running = this.servers.filter((server) => server.running);
+    await Promise.all(running.map(({ port }) => command(port, ['CLUSTER', 'DELSLOTS', slot])));
+    return owner;
+  }
+
+  /** `owner` serves `slot` again (CLUSTER ADDSLOTS); waits until the cluster is ok. */
+  async recoverSlot(slot: number, owner: Address, timeoutMs = 20_000): Promise<void> {
+    await command(owner.port, ['CLUSTER', 'ADDSLOTS', slot]);
+    await this.waitForClusterOk(timeoutMs);
+  }
+
+  /**
    * Waits until every running node says cluster_state:ok with all slots covered by running,
    * reachable primaries, knows every running node as alive, and every running replica is in sync
    * with its primary. Returns how long it waited, in ms.

@@ -2,6 +2,7 @@ import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
+import { setTimeout as delay } from 'node:timers/promises';
 import { promisify } from 'node:util';
 
 const run = promisify(execFile);
@@ -10,12 +11,31 @@ function scriptOf(name: string): string {
   return fileURLToPath(new URL(`./workers/${name}.mjs`, import.meta.url));
 }
 
-/** Runs `test/support/workers/<name>.mjs` in `count` child processes at once; resolves with each one's JSON output. */
+/**
+ * Runs `test/support/workers/<name>.mjs` in `count` child processes at once; resolves with each one's
+ * JSON output. When one fails, the others get 2 s to end (their own reports of a hang say more
+ * together), then are killed: left running, they would keep jest from exiting. The error tells
+ * every failure.
+ */
 export async function runWorkers<T>(name: string, count: number, args: (string | number)[]): Promise<T[]> {
+  const failed = new AbortController();
   const runs = Array.from({ length: count }, () =>
-    run(process.execPath, [scriptOf(name), ...args.map(String)], { timeout: 120_000, maxBuffer: 64 * 1024 * 1024 }),
+    run(process.execPath, [scriptOf(name), ...args.map(String)], {
+      timeout: 120_000,
+      maxBuffer: 64 * 1024 * 1024,
+      signal: failed.signal,
+      killSignal: 'SIGKILL',
+    }),
   );
-  return (await Promise.all(runs)).map(({ stdout }) => JSON.parse(stdout) as T);
+  try {
+    return (await Promise.all(runs)).map(({ stdout }) => JSON.parse(stdout) as T);
+  } catch {
+    await Promise.race([Promise.allSettled(runs), delay(2_000)]);
+    failed.abort();
+    const outcomes = await Promise.allSettled(runs);
+    const failures = outcomes.flatMap((outcome) => (outcome.status === 'rejected' ? [String(outcome.reason)] : []));
+    throw new Error(`${failures.length} of ${count} ${name} workers failed:\n${failures.join('\n')}`);
+  }
 }
 
 /** Starts a long-running worker; resolves with the process and the first JSON line it prints. */

@@ -167,6 +167,32 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     }
   });
 
+  it('starts while the cluster reports itself down, and serves locks once it is up again', async () => {
+    // Every node says cluster_state:fail: ioredis's first ready check fails and it reconnects by itself
+    // (a module start once waited for that first connect() forever).
+    const owner = await topology.uncoverSlot(0);
+    const nodes = topology.nodes.map(({ host, port }) => `redis://${host}:${port}`);
+    const bootStart = Date.now();
+    const booting = bootLockModule({ redis: { cluster: { nodes } }, commandTimeout: 1_000, logger: false });
+    await delay(1_000);
+    await topology.recoverSlot(0, owner);
+    const giveUp = new AbortController();
+    const started = await Promise.race([
+      booting,
+      delay(15_000, undefined, { signal: giveUp.signal }).then(() => {
+        throw new Error('the module did not start within 15 s');
+      }),
+    ]).finally(() => giveUp.abort());
+    try {
+      figures.startThroughClusterDownMs = Date.now() - bootStart;
+      const lock = await started.locks.lock(uniqueKey('after-down'), { timeout: 5_000 });
+      expect(lock.fence).toBeGreaterThan(0);
+      expect(await lock.unlock()).toBe(true);
+    } finally {
+      await closeLockApp(started);
+    }
+  });
+
   it('keeps mutual exclusion and answers every caller within its timeout through a primary failover', async () => {
     const keys = spreadKeys(uniqueKey('failover'), 12);
     const timeout = 10_000;

@@ -11,9 +11,18 @@ import { startTogether, startWorkerApp } from './worker-app.mjs';
 const [target, keyList, processes, workers, durationMs, timeoutMs, mode] = process.argv.slice(2);
 const limit = mode.startsWith('semaphore:') ? Number(mode.slice('semaphore:'.length)) : undefined;
 const keys = keyList.split(',');
+// What each worker loop is doing, told on stderr if the process outlives every call's timeout
+// (a hang becomes a failure that says where it stopped, not a test timeout).
+const phases = Array.from({ length: Number(workers) }, () => 'starting the app');
+const overdue = setTimeout(
+  () => {
+    process.stderr.write(`hold-history ${process.pid} overdue; workers: ${JSON.stringify(phases)}\n`);
+    process.exit(3);
+  },
+  Number(durationMs) + Number(timeoutMs) + 30_000,
+);
 const { locks, semaphores, redis, close } = await startWorkerApp(target);
-
-await startTogether(redis, `${keys[0]}:ready`, Number(processes));
+await startTogether(redis, `${keys[0]}:ready`, Number(processes), (progress) => phases.fill(progress));
 const end = Date.now() + Number(durationMs);
 const holds = [];
 const errors = {};
@@ -23,15 +32,19 @@ await Promise.all(
     for (let i = 0; Date.now() < end; i++) {
       const key = keys[(worker + i) % keys.length];
       const requestedAt = Date.now();
+      phases[worker] = `waiting for ${key} since ${requestedAt}`;
       try {
         const hold = async (lock) => {
           const acquiredAt = Date.now();
           const validUntil = acquiredAt + lock.validity;
           if (limit === undefined) {
             const counter = `${key}:counter`;
+            phases[worker] = `GET ${counter} since ${Date.now()}`;
             const value = Number(await redis.get(counter));
             await delay(1);
+            phases[worker] = `SET ${counter} since ${Date.now()}`;
             await redis.set(counter, value + 1);
+            phases[worker] = `releasing ${key} since ${Date.now()}`;
           } else {
             await delay(2);
           }
@@ -58,8 +71,11 @@ await Promise.all(
       }
       slowestCall = Math.max(slowestCall, Date.now() - requestedAt);
     }
+    phases[worker] = 'done';
   }),
 );
 
+phases.fill(`closing since ${Date.now()}`);
 await close();
+clearTimeout(overdue);
 process.stdout.write(JSON.stringify({ holds, errors, slowestCall }));

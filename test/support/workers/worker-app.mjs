@@ -45,7 +45,13 @@ function connectionsTo(target) {
 }
 
 /** Every process checks in under `key`, then waits until all `processes` have, so that they start together. */
-export async function startTogether(redis, key, processes) {
-  await redis.incr(key);
-  while (Number(await redis.get(key)) < processes) await delay(5);
+export async function startTogether(redis, key, processes, onProgress = () => undefined) {
+  onProgress(`INCR ${key}`);
+  const mine = await redis.incr(key);
+  for (;;) {
+    const count = Number(await redis.get(key));
+    onProgress(`checked in as ${mine}; ${count} of ${processes} in (client ${redis.status})`);
+    if (count >= processes) return;
+    await delay(5);
+  }
 }

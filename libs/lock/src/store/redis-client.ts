@@ -92,7 +92,33 @@ export async function connectModuleClient(
 
   if (client.status === 'wait') {
     // A failed first connect is not fatal: the client keeps reconnecting in the background.
-    await client.connect().catch(() => undefined);
+    await untilConnected(client);
   }
   return client;
+}
+
+/** ioredis's own default connect timeout: the longest a module start waits for its first connection. */
+const FIRST_CONNECT_WAIT = 10_000;
+
+/**
+ * Connects `client` and waits until it is ready, its first connect failed, or `FIRST_CONNECT_WAIT`
+ * passed. Not just `connect()`: when a Cluster's first ready check fails (a node reports the cluster
+ * down), ioredis reconnects by itself and never settles that promise, and the module would never start.
+ */
+async function untilConnected(client: Redis | Cluster): Promise<void> {
+  let onReady = (): void => undefined;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      client.connect().catch(() => undefined),
+      new Promise<void>((resolve) => {
+        onReady = resolve;
+        client.once('ready', onReady);
+        timer = setTimeout(resolve, FIRST_CONNECT_WAIT);
+      }),
+    ]);
+  } finally {
+    client.removeListener('ready', onReady);
+    clearTimeout(timer);
+  }
 }
