@@ -31,6 +31,13 @@ const TOO_LONG: [string, number][] = [
   ['1e19 ms', 1e19],
 ];
 
+/** A ttl at or below its clock-drift margin (ttl × 1 % + 2 ms): no grant of it could be valid on arrival. */
+const TOO_SHORT: [string, number][] = [
+  ['1 ms', 1],
+  ['2 ms', 2],
+  ['2.02 ms', 2.02],
+];
+
 /** Every call that takes a ttl before it holds anything. `timeout` is short so that a wrong answer comes fast. */
 const CALLS_WITH_TTL: [string, (app: LockApp, ttl: number) => Promise<unknown>][] = [
   ['lock', (app, ttl) => app.locks.lock(uniqueKey(), { ttl, timeout: 100 })],
@@ -125,6 +132,26 @@ class WeeklyReport {
 
 describe.each(STORE_KINDS)('bounds, option names and keys on the %s store', (kind) => {
   const app = useLockApp(kind);
+
+  describe('ttl within its clock-drift margin', () => {
+    describe.each(TOO_SHORT)('ttl %s', (_, ttl) => {
+      it.each(CALLS_WITH_TTL)('is INVALID_ARGUMENT for %s, not a timeout', async (_call, call) => {
+        const error = await call(app(), ttl).catch((e: unknown) => e);
+
+        expect(error).toBeInstanceOf(InvalidArgumentError);
+        expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'ttl' });
+        expect((error as Error).message).toMatch(/clock-drift margin/);
+      });
+    });
+
+    it('is INVALID_ARGUMENT for Lock.expire, and the lock stays held', async () => {
+      const key = uniqueKey();
+      const lock = await app().locks.lock(key);
+      await expect(lock.expire(2)).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'ttl' });
+      expect(await app().locks.isLocked(key)).toBe(true);
+      expect(await lock.unlock()).toBe(true);
+    });
+  });
 
   describe('ttl above 2,147,483,647 ms', () => {
     describe.each(TOO_LONG)('ttl %s', (_, ttl) => {

@@ -1,6 +1,6 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { acquireLease } from './lease/acquire-lease.js';
-import { HeldLease, type KeepPolicy, keepPolicy, type LeaseGrant } from './lease/held-lease.js';
+import { HeldLease, type KeepPolicy, keepPolicy, type LeaseGrant, validateLeaseTtl } from './lease/held-lease.js';
 import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
 import { Watchdog } from './lease/watchdog.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
@@ -8,7 +8,6 @@ import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { LockTimeoutError } from './lock.errors.js';
 import {
-  duration,
   type LockOptions,
   type ResolvedModuleOptions,
   validateCallOptions,
@@ -121,7 +120,7 @@ export class LockService implements OnModuleDestroy {
   async expire(key: string, token: string, ttl: number): Promise<boolean> {
     validateKey('key', key);
     validateKey('token', token);
-    duration('ttl', ttl);
+    validateLeaseTtl(this.store, ttl);
     return this.store.extendLock(key, token, ttl);
   }
 

@@ -1,7 +1,7 @@
 import { randomFillSync } from 'node:crypto';
 import { type LeaseDefaults, type LockOptions, resolveLease, validateCallOptions } from '../lock.options.js';
 import type { Attempt, AttemptOptions, LeaseKind, LockStore, Turn } from '../store/store.js';
-import { driftOf, type LeaseGrant } from './held-lease.js';
+import { driftOf, type LeaseGrant, validateLeaseTtl } from './held-lease.js';
 import { lineOf, localLines } from './local-line.js';
 import { waitForLease } from './wait-for-lease.js';
 
@@ -31,6 +31,7 @@ export async function acquireLease(
   const { kind, id, options } = request;
   validateCallOptions(kind, options);
   const policy = resolveLease(defaults, options);
+  validateLeaseTtl(store, policy.ttl, options.ttl === undefined ? 'defaults.ttl' : 'ttl');
   const fair = options.fair ?? defaults.fair;
   const token = options.token ?? createOwnerToken();
   const start = performance.now();

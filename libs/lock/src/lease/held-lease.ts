@@ -1,4 +1,4 @@
-import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
+import { errorMessage, InvalidArgumentError, LockBackendError, LockLostError } from '../lock.errors.js';
 import { duration } from '../lock.options.js';
 import type { LeaseKind, LockStore, Successor } from '../store/store.js';
 import { lineOf, localLines } from './local-line.js';
@@ -50,6 +50,22 @@ export function clockDrift(ttl: number): number {
 /** The drift margin of a lease of `store`: its own rule when it has one (Redlock's `driftFactor`), else `clockDrift`. */
 export function driftOf(store: LockStore, ttl: number): number {
   return store.clockDrift?.(ttl) ?? clockDrift(ttl);
+}
+
+/**
+ * Validates a lease's `ttl` for `store`: a duration longer than its drift margin, since a holder
+ * never counts on that margin and a shorter lease could never be valid when granted.
+ */
+export function validateLeaseTtl(store: LockStore, ttl: unknown, argument = 'ttl'): number {
+  duration(argument, ttl);
+  const margin = driftOf(store, ttl as number);
+  if ((ttl as number) <= margin) {
+    throw new InvalidArgumentError(
+      argument,
+      `must be longer than its clock-drift margin (${+margin.toFixed(2)} ms), the part of a lease a holder never counts on; got ${ttl as number}`,
+    );
+  }
+  return ttl as number;
 }
 
 /**
@@ -132,7 +148,7 @@ export class HeldLease {
    * it too. `false` if the lease is no longer ours, which also aborts `signal`.
    */
   async expire(ttl: number = this.leaseTtl): Promise<boolean> {
-    duration('ttl', ttl);
+    validateLeaseTtl(this.store, ttl);
     if (this.state !== 'held') return false;
     const sentAt = performance.now();
     const renewed =
