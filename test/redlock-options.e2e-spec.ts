@@ -20,24 +20,27 @@ async function bootstrapError(imported: ReturnType<typeof LockModule.forRoot>): 
  * before any connection is opened: the server below never sees a client of the module.
  */
 describe('redlock options', () => {
+  let servers: RedisServer[];
+  let admins: Redis[];
   let server: RedisServer;
-  let admin: Redis;
 
   beforeAll(async () => {
-    server = await RedisServer.start();
-    admin = new Redis(server.url);
+    servers = await Promise.all([RedisServer.start(), RedisServer.start(), RedisServer.start()]);
+    [server] = servers;
+    admins = servers.map((each) => new Redis(each.url));
   });
   afterAll(async () => {
-    admin.disconnect();
-    await server.stop();
+    admins.forEach((admin) => admin.disconnect());
+    await Promise.all(servers.map((each) => each.stop()));
   });
 
+  /** Clients connected to the three servers (the admins included). */
   async function connectedClients(): Promise<number> {
-    const info = await admin.info('clients');
-    return Number(/connected_clients:(\d+)/.exec(info)![1]);
+    const infos = await Promise.all(admins.map((admin) => admin.info('clients')));
+    return infos.reduce((sum, info) => sum + Number(/connected_clients:(\d+)/.exec(info)![1]), 0);
   }
 
-  const three = () => [server.url, `${server.url}/1`, `${server.url}/2`];
+  const three = () => servers.map((each) => each.url);
 
   const refused: [string, () => LockModuleOptions, string, RegExp][] = [
     [
@@ -74,13 +77,51 @@ describe('redlock options', () => {
     ],
     [
       'a node listed twice',
-      () => ({ redlock: { nodes: [server.url, server.url, `${server.url}/1`] } }),
+      () => ({ redlock: { nodes: [server.url, server.url, servers[1].url] } }),
       'redlock.nodes[1]',
-      /twice/,
+      /listed twice/,
+    ],
+    [
+      'one server under two loopback names',
+      () => ({ redlock: { nodes: [servers[1].url, `redis://localhost:${server.port}`, server.url] } }),
+      'redlock.nodes[2]',
+      /redlock.nodes\[1\] \(localhost:\d+\) again/,
+    ],
+    [
+      'one server in two databases',
+      () => ({ redlock: { nodes: [server.url, `${server.url}/1`, servers[1].url] } }),
+      'redlock.nodes[1]',
+      /server of redlock.nodes\[0\]/,
+    ],
+    [
+      'one server as a URL and as options',
+      () => ({ redlock: { nodes: [`${server.url}/`, servers[1].url, { port: server.port }] } }),
+      'redlock.nodes[2]',
+      /server of redlock.nodes\[0\]/,
+    ],
+    [
+      'one server as options and as a client',
+      () => ({
+        redlock: {
+          nodes: [
+            { host: 'LOCALHOST', port: server.port, db: 2 },
+            new Redis({ port: server.port, lazyConnect: true }),
+            servers[1].url,
+          ],
+        },
+      }),
+      'redlock.nodes[1]',
+      /server of redlock.nodes\[0\]/,
+    ],
+    [
+      'the default port twice',
+      () => ({ redlock: { nodes: ['redis://127.0.0.1', { host: '127.0.0.1', port: 6379 }, server.url] } }),
+      'redlock.nodes[1]',
+      /localhost:6379/,
     ],
     [
       'a quorum of half',
-      () => ({ redlock: { nodes: [...three(), `${server.url}/3`], quorum: 2 } }),
+      () => ({ redlock: { nodes: [...three(), 'redis://127.0.0.1:1'], quorum: 2 } }),
       'redlock.quorum',
       /> 2/,
     ],
@@ -120,7 +161,7 @@ describe('redlock options', () => {
   it('refuses a bad quorum given through forRootAsync as well, and never connects the clients passed in', async () => {
     const client = new Redis(server.url, { lazyConnect: true });
     const error = await bootstrapError(
-      LockModule.forRootAsync({ useFactory: () => ({ redlock: { nodes: [client, server.url], quorum: 1 } }) }),
+      LockModule.forRootAsync({ useFactory: () => ({ redlock: { nodes: [client, servers[1].url], quorum: 1 } }) }),
     );
     expect(error).toBeInstanceOf(InvalidArgumentError);
     expect((error as InvalidArgumentError).argument).toBe('redlock.quorum');
@@ -150,11 +191,11 @@ describe('redlock options', () => {
     }).compile();
     await single.close();
 
-    const client = new Redis(`${server.url}/3`);
+    const client = new Redis(`${servers[2].url}/3`);
     const module = await Test.createTestingModule({
       imports: [
         LockModule.forRoot({
-          redlock: { nodes: [server.url, `${server.url}/1`, client], quorum: 3, driftFactor: 0, quarantine: 0 },
+          redlock: { nodes: [server.url, `${servers[1].url}/1`, client], quorum: 3, driftFactor: 0, quarantine: 0 },
           logger: false,
         }),
       ],

@@ -505,7 +505,7 @@ function validateStoreChoice(store: unknown, redis: unknown, redlock: unknown): 
 const REDLOCK_OPTION_NAMES = new Set(['nodes', 'quorum', 'driftFactor', 'quarantine']);
 
 /**
- * `redlock`: its nodes (each a URL, ioredis options or a client, never a cluster, no URL twice), a
+ * `redlock`: its nodes (each a URL, ioredis options or a client, never a cluster, no server twice), a
  * quorum that is a majority (two quorums always share a node), a drift factor in [0, 1), and a
  * quarantine no shorter than the default ttl (`defaultTtl`), since it bounds every lease.
  */
@@ -521,17 +521,22 @@ function resolveRedlock(redlock: unknown, defaultTtl: number): ResolvedRedlockOp
       `must be a non-empty array of Redis URLs, ioredis options or clients, got ${describe(nodes)}`,
     );
   }
-  const urls = new Set<string>();
+  const servers = new Map<string, number>();
   nodes.forEach((node: unknown, i) => {
     const argument = `redlock.nodes[${i}]`;
     if ((node as { isCluster?: unknown } | null)?.isCluster === true || isClusterOption(node)) {
       throw new InvalidArgumentError(argument, 'must be a single Redis master, not a cluster');
     }
     validateRedisOption(node, argument);
-    if (typeof node === 'string') {
-      if (urls.has(node)) throw new InvalidArgumentError(argument, `the node "${node}" is listed twice`);
-      urls.add(node);
+    const server = serverOf(node);
+    const earlier = servers.get(server);
+    if (earlier !== undefined) {
+      throw new InvalidArgumentError(
+        argument,
+        `is the server of redlock.nodes[${earlier}] (${server}) again: a master listed twice would count twice towards the quorum`,
+      );
     }
+    servers.set(server, i);
   });
   const n = nodes.length;
   const resolvedQuorum = quorum ?? Math.floor(n / 2) + 1;
@@ -557,6 +562,31 @@ function resolveRedlock(redlock: unknown, defaultTtl: number): ResolvedRedlockOp
     );
   }
   return { nodes: [...nodes], quorum: resolvedQuorum, driftFactor, quarantine };
+}
+
+/** Names under which one machine may be listed: all are this host's loopback. */
+const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '::1', '0.0.0.0', '::']);
+
+/**
+ * The Redis server a Redlock node names, as `host:port` or `unix:<path>`, whatever the form (URL,
+ * options, client) and database: two nodes on one server are one master. Loopback names count as one
+ * host; other host names are compared as written (resolving them would need the network).
+ */
+function serverOf(node: unknown): string {
+  let host: string | undefined;
+  let port: string | number | undefined;
+  let path: string | undefined;
+  if (typeof node === 'string') {
+    const url = new URL(node);
+    host = decodeURIComponent(url.hostname).replace(/^\[(.*)\]$/, '$1');
+    port = url.port;
+  } else {
+    const options = (isRedisClient(node) ? (node as Redis).options : node) as Partial<RedisOptions>;
+    ({ host, port, path } = options);
+  }
+  if (path) return `unix:${path}`;
+  const name = (host || 'localhost').toLowerCase();
+  return `${LOOPBACK_NAMES.has(name) ? 'localhost' : name}:${Number(port || 6379)}`;
 }
 
 /** Duck-typed so that a client from another copy of ioredis is still recognised. */
