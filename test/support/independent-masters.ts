@@ -1,9 +1,10 @@
+import { Redis } from 'ioredis';
 import type { RedisServer } from './redis-server.js';
 import { type Address, HOST, Startup } from './topology-tools.js';
 
 /**
- * `n` unrelated redis-server primaries (Redlock's setting): each can crash, come back empty on
- * its port (a restart forgets every key it held) or freeze.
+ * `n` unrelated redis-server primaries (Redlock's setting): each can crash, come back on its port
+ * (empty, or from its last `snapshot` when started with a `snapshotDir`) or freeze.
  */
 export class IndependentMasters {
   /** How long the start took, in ms. */
@@ -12,11 +13,16 @@ export class IndependentMasters {
   private constructor(readonly servers: readonly RedisServer[]) {}
 
   /** Starts `n` servers within `timeoutMs`, or throws having killed those it started. */
-  static async start(n: number, { timeoutMs = 20_000 }: { timeoutMs?: number } = {}): Promise<IndependentMasters> {
+  /** `snapshotDir`: each server keeps an RDB file there (written only by `snapshot`) and reloads it at a restart. */
+  static async start(
+    n: number,
+    { timeoutMs = 20_000, snapshotDir }: { timeoutMs?: number; snapshotDir?: string } = {},
+  ): Promise<IndependentMasters> {
     const started = performance.now();
+    const args = (port: number) => (snapshotDir ? ['--dir', snapshotDir, '--dbfilename', `master-${port}.rdb`] : []);
     return Startup.run(`${n} independent masters`, timeoutMs, async (startup) => {
       const masters = new IndependentMasters(
-        await Promise.all(Array.from({ length: n }, () => startup.server({ args: [] }))),
+        await Promise.all(Array.from({ length: n }, () => startup.server({ args }))),
       );
       masters.startMs = Math.round(performance.now() - started);
       return masters;
@@ -36,7 +42,18 @@ export class IndependentMasters {
     await this.at(i).kill();
   }
 
-  /** Start server `i` again on its port, EMPTY (killed first if it runs). */
+  /** Writes server `i`'s data to its RDB file now (SAVE): what a restart reloads. */
+  async snapshot(i: number): Promise<void> {
+    const client = new Redis(this.at(i).url, { lazyConnect: true, maxRetriesPerRequest: 0 });
+    try {
+      await client.connect();
+      await client.save();
+    } finally {
+      client.disconnect();
+    }
+  }
+
+  /** Start server `i` again on its port (killed first if it runs): empty, or from its last snapshot. */
   async restart(i: number): Promise<void> {
     await this.at(i).restart();
   }

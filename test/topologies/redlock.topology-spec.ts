@@ -3,6 +3,9 @@ import { Redis } from 'ioredis';
 import { InvalidArgumentError, LockBackendError, type Lock, type LockModuleOptions } from 'nest-lock';
 import { type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import {
   type AppliedWrite,
@@ -66,6 +69,42 @@ function holdOf(lock: Lock, pid: number, requestedAt: number, acquiredAt: number
   };
 }
 
+/**
+ * Until `validUntil` (the first owner's validity), `other` must never get `key`: each try is refused, or
+ * fails with LockBackendError (right after a restart a client may not have reconnected to a node yet
+ * and cannot reach a quorum: no grant either). The control: `careless` (the same client with
+ * `quarantine: 0`) does get it, and the history checker reports the overlap with `first`.
+ */
+async function expectNoSecondOwner(
+  key: string,
+  first: HoldRecord,
+  validUntil: number,
+  other: LockApp,
+  careless: LockApp,
+): Promise<void> {
+  let refusals = 0;
+  let controlled = false;
+  while (Date.now() < validUntil - 50) {
+    const attempt = await other.locks.tryLock(key).catch((error: unknown) => error);
+    if (attempt !== null) expect(attempt).toBeInstanceOf(LockBackendError);
+    else refusals++;
+    if (!controlled && refusals >= 3) {
+      const requested = Date.now();
+      const intruder = await careless.locks.tryLock(key).catch(() => null);
+      if (intruder !== null) {
+        controlled = true;
+        const overlaps = checkMutualExclusion([first, holdOf(intruder, 2, requested, Date.now())]);
+        expect(overlaps).toHaveLength(1);
+        expect(overlaps[0].check).toBe('overlap');
+        expect(await intruder.unlock()).toBe(true);
+      }
+    }
+    await delay(25);
+  }
+  expect(refusals).toBeGreaterThan(5);
+  expect(controlled).toBe(true);
+}
+
 describe('Redlock over 3 independent masters', () => {
   const TTL = 2_000;
   let masters: IndependentMasters;
@@ -127,6 +166,8 @@ describe('Redlock over 3 independent masters', () => {
       await lock.unlock();
       await expect(drifting.locks.lock('drift', { ttl: TTL + 1 })).rejects.toThrow(InvalidArgumentError);
       await expect(drifting.locks.lock('drift', { ttl: TTL + 1 })).rejects.toThrow(/redlock.quarantine/);
+      // Its drift margin at 2.5 ms is 2.5 × 0.2 + 2 = 2.5 ms: such a lease could never be valid.
+      await expect(drifting.locks.lock('drift', { ttl: 2.5 })).rejects.toThrow(/clock-drift margin \(2.5 ms\)/);
       await expect(drifting.semaphores.acquire('pool', 2)).rejects.toThrow(/semaphores need one Redis/);
       await expect(drifting.semaphores.count('pool')).rejects.toThrow(InvalidArgumentError);
     } finally {
@@ -191,33 +232,7 @@ describe('Redlock over 3 independent masters', () => {
       expect(a.validity).toBeGreaterThan(500);
 
       // Nodes 1 and 2 would grant the lock (a quorum), but they are young: no second owner while A is valid.
-      // (Right after the restarts a client may not have reconnected to them yet: then it cannot reach a
-      // quorum and fails with LockBackendError, which is no grant either.)
-      let refusals = 0;
-      let controlled = false;
-      while (Date.now() < validUntilA - 50) {
-        const attempt = await other.locks.tryLock('restarted').catch((error: unknown) => error);
-        if (attempt !== null) expect(attempt).toBeInstanceOf(LockBackendError);
-        else refusals++;
-        if (!controlled && refusals >= 3) {
-          const requestedC = Date.now();
-          const c = await careless.locks.tryLock('restarted').catch(() => null);
-          const acquiredC = Date.now();
-          if (c !== null) {
-            controlled = true;
-            const overlaps = checkMutualExclusion([
-              holdOf(a, 1, requestedA, acquiredA),
-              holdOf(c, 2, requestedC, acquiredC),
-            ]);
-            expect(overlaps).toHaveLength(1);
-            expect(overlaps[0].check).toBe('overlap');
-            expect(await c.unlock()).toBe(true);
-          }
-        }
-        await delay(25);
-      }
-      expect(refusals).toBeGreaterThan(5);
-      expect(controlled).toBe(true);
+      await expectNoSecondOwner('restarted', holdOf(a, 1, requestedA, acquiredA), validUntilA, other, careless);
 
       // After A's validity (and the quarantine of the restarted nodes), the second client gets it.
       const b = await other.locks.lock('restarted', { timeout: 5_000 });
@@ -227,6 +242,62 @@ describe('Redlock over 3 independent masters', () => {
       expect(checkMutualExclusion([holdOf(a, 1, requestedA, acquiredA), holdOf(b, 2, Date.now(), Date.now())])).toEqual(
         [],
       );
+      await b.unlock();
+    } finally {
+      await other.module.close();
+      await careless.module.close();
+    }
+  });
+});
+
+describe('Redlock over 3 masters that persist RDB snapshots', () => {
+  const TTL = 2_000;
+  let snapshotDir: string;
+  let masters: IndependentMasters;
+  let app: LockApp;
+
+  beforeAll(async () => {
+    snapshotDir = await mkdtemp(join(tmpdir(), 'nest-lock-rdb-'));
+    masters = await IndependentMasters.start(3, { snapshotDir });
+    app = await bootRedlock(masters.urls, { quarantine: TTL }, TTL);
+    await untilLockable(app);
+  });
+  afterAll(async () => {
+    await app?.module.close();
+    await masters?.stop();
+    await rm(snapshotDir, { recursive: true, force: true });
+  });
+
+  it('keeps masters restored from snapshots older than a lease from letting a second owner in while it is valid', async () => {
+    const other = await bootRedlock(masters.urls, { quarantine: TTL }, TTL);
+    const careless = await bootRedlock(masters.urls, { quarantine: 0 }, TTL);
+    try {
+      // Snapshots of masters 0 and 1 from before the lease: they hold every node's birth marker, not A's lease.
+      await masters.snapshot(0);
+      await masters.snapshot(1);
+      const requestedA = Date.now();
+      const a = await app.locks.lock('restored', { ttl: TTL });
+      const acquiredA = Date.now();
+      // Both crash and come back from those snapshots: a majority that has forgotten A.
+      await masters.kill(0);
+      await masters.kill(1);
+      await masters.restart(0);
+      await masters.restart(1);
+      const validUntilA = Date.now() + a.validity;
+      expect(a.validity).toBeGreaterThan(500);
+      const restored = new Redis(masters.urls[0]);
+      try {
+        expect(await restored.get('lock:redlock:born')).not.toBeNull();
+        expect(await restored.get('lock:{restored}')).toBeNull();
+      } finally {
+        restored.disconnect();
+      }
+
+      await expectNoSecondOwner('restored', holdOf(a, 1, requestedA, acquiredA), validUntilA, other, careless);
+
+      const b = await other.locks.lock('restored', { timeout: 5_000 });
+      expect(Date.now()).toBeGreaterThanOrEqual(validUntilA);
+      expect(b.fence).toBeGreaterThan(a.fence);
       await b.unlock();
     } finally {
       await other.module.close();

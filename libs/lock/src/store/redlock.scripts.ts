@@ -8,26 +8,35 @@ function script(name: string, numberOfKeys: number, source: string): RedisScript
 /**
  * What the per-node scripts of `RedlockStore` share. On each master a lock has KEYS[1] its lease
  * (a string: the owner's token, with PX), KEYS[2] its fence counter (never expires), and the node
- * has KEYS[3], its **birth marker** (`<prefix>redlock:born`): the server's clock in ms when nest-lock
- * first saw it. A master that restarted empty (or was flushed) has lost its marker with its leases:
- * it is born again, and stays **young** for the quarantine. A young node's answers do not count
- * towards a quorum, since the leases it forgot may still be valid elsewhere.
+ * has KEYS[3], its **birth marker** (`<prefix>redlock:born`): `<run_id>:<ms>`, the server process's
+ * run_id (new at every start) and the server's clock when nest-lock first saw that process. A master
+ * that restarted has forgotten the leases it granted since its last snapshot, whether it came back
+ * empty (no marker), flushed, or from an older RDB/AOF file (a marker of an earlier run_id): it is
+ * born again, and stays **young** for the quarantine. A young node's answers do not count towards a
+ * quorum, since the leases it forgot may still be valid elsewhere.
  */
+const birth = `
+-- When nest-lock first saw this run of the server (ms); marks it born at nowMs when the marker is
+-- missing or names another run (a restart, whatever data it reloaded).
+local function bornAt(marker, nowMs)
+  local runId = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  local born = tonumber(string.match(redis.call('GET', marker) or '', '^' .. runId .. ':(%d+)$'))
+  if born then return born end
+  redis.call('SET', marker, runId .. ':' .. string.format('%.0f', nowMs))
+  return nowMs
+end
+`;
+
 const prelude = `
 local lease, counter, marker = KEYS[1], KEYS[2], KEYS[3]
 
 local time = redis.call('TIME')
 local nowMicros = tonumber(time[1]) * 1000000 + tonumber(time[2])
 local nowMs = math.floor(nowMicros / 1000)
-
--- 1 if the node has been known for at least the quarantine (ms), else 0; marks it born now if unmarked.
+${birth}
+-- 1 if this run of the node has been known for at least the quarantine (ms), else 0.
 local function mature(quarantineMs)
-  local born = tonumber(redis.call('GET', marker))
-  if not born then
-    redis.call('SET', marker, string.format('%.0f', nowMs))
-    born = nowMs
-  end
-  if nowMs - born >= tonumber(quarantineMs) then return 1 end
+  if nowMs - bornAt(marker, nowMs) >= tonumber(quarantineMs) then return 1 end
   return 0
 end
 
@@ -166,18 +175,16 @@ return holder or ''
 );
 
 /**
- * Marks the node born now (server clock, ms) unless it is marked: sent whenever a client connects, so
- * that a restarted master's quarantine starts when it is back rather than at the next lock.
+ * Marks this run of the node born now (server clock, ms) unless it is marked: sent whenever a client
+ * connects, so that a restarted master's quarantine starts when it is back rather than at the next lock.
  * KEYS[1] birth marker. Returns 1.
  */
 export const redlockMarkScript = script(
   'markNode',
   1,
-  `
-if redis.call('EXISTS', KEYS[1]) == 0 then
-  local time = redis.call('TIME')
-  redis.call('SET', KEYS[1], string.format('%.0f', tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)))
-end
+  `${birth}
+local time = redis.call('TIME')
+bornAt(KEYS[1], tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
 return 1
 `,
 );
