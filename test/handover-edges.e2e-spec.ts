@@ -131,6 +131,32 @@ describe('handover at the edges', () => {
       0,
     );
   });
+
+  it('counts a lease passed inside the process from the release that passed it, however long the waiter waited', async () => {
+    // maxStep above the handover lease: the waiter may wait for the pass longer than a handover lease lasts.
+    const waiting = await bootLockModule({ redis: server.url, commandTimeout: 200, defaults: { maxStep: 5_000 } });
+    try {
+      const key = uniqueKey('long-pass');
+      const handoverLease = waiting.module.get<RedisStore>(LockStore).handoverLease;
+      const first = await waiting.locks.lock(key);
+      const second = waiting.locks.lock(key, { timeout: 10_000 });
+      const third = waiting.locks.lock(key, { timeout: 10_000 }); // waiting when `second` takes it: passed on
+      await delay(100);
+      await first.unlock();
+      const holder = await second;
+      await delay(handoverLease + 300); // `third` waits for the pass longer than a handover lease
+
+      await holder.unlock();
+      const lock = await third;
+
+      expect(lock.validity).toBeGreaterThan(handoverLease / 2);
+      await delay(100);
+      expect(lock.signal.aborted).toBe(false);
+      expect(await lock.unlock()).toBe(true);
+    } finally {
+      await closeLockApp(waiting);
+    }
+  });
 });
 
 function busyWait(ms: number): void {

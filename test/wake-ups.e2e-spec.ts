@@ -248,6 +248,31 @@ describe('wake-ups and fair order on Redis', () => {
     expect(await redis.lrange(`${key}:granted`, 0, -1)).toEqual(['remote', 'local']);
   });
 
+  it('hands a lock to a waiter whose token waits for another lock too (a token option on two calls)', async () => {
+    const [k1, k2] = [uniqueKey('shared-token-1'), uniqueKey('shared-token-2')];
+    const other = await bootLockModule({ redis: server.url });
+    try {
+      const holders = [await other.locks.lock(k1), await other.locks.lock(k2)];
+      const token = `shared-${Date.now()}`;
+      let releasedAt = Infinity;
+      const first = grantedAfter(app.locks.lock(k1, { token, step: 8_000, maxStep: 8_000 }), () => releasedAt);
+      const second = app.locks.lock(k2, { token, step: 8_000, maxStep: 8_000 });
+      await untilInLine(k1, 1);
+      await untilInLine(k2, 1);
+
+      releasedAt = performance.now();
+      await holders[0].unlock();
+      const { lock, after } = await first;
+
+      expect(after).toBeLessThan(1_000);
+      await lock.unlock();
+      await holders[1].unlock();
+      await (await second).unlock();
+    } finally {
+      await closeLockApp(other);
+    }
+  });
+
   it('returns a lock handed to a waiter that died to the line within a short bound, not a ttl', async () => {
     const key = uniqueKey('dead-waiter');
     const holder = await app.locks.lock(key);

@@ -24,6 +24,10 @@ const overdue = setTimeout(
 const { locks, semaphores, redis, close } = await startWorkerApp(target);
 await startTogether(redis, `${keys[0]}:ready`, Number(processes), (progress) => phases.fill(progress));
 const end = Date.now() + Number(durationMs);
+
+function sectionFailed(error) {
+  throw Object.assign(new Error(`the section's own Redis client failed: ${error.message}`), { code: 'SECTION_CLIENT' });
+}
 const holds = [];
 const errors = {};
 let slowestCall = 0;
@@ -40,10 +44,11 @@ await Promise.all(
           if (limit === undefined) {
             const counter = `${key}:counter`;
             phases[worker] = `GET ${counter} since ${Date.now()}`;
-            const value = Number(await redis.get(counter));
+            // The section's own client (not the library) may fail during a failover: counted apart.
+            const value = Number(await redis.get(counter).catch(sectionFailed));
             await delay(1);
             phases[worker] = `SET ${counter} since ${Date.now()}`;
-            await redis.set(counter, value + 1);
+            await redis.set(counter, value + 1).catch(sectionFailed);
             phases[worker] = `releasing ${key} since ${Date.now()}`;
           } else {
             await delay(2);
@@ -65,7 +70,8 @@ await Promise.all(
         if (limit === undefined) await locks.withLock(key, hold, options);
         else await semaphores.withPermit(key, limit, hold, options);
       } catch (error) {
-        const code = error?.code ?? error?.name ?? 'unknown';
+        // The library's errors by their code; anything else by its message.
+        const code = error?.code ?? `${error?.name}: ${error?.message}`;
         errors[code] = (errors[code] ?? 0) + 1;
         await delay(20);
       }

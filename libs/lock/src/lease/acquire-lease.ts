@@ -88,7 +88,7 @@ export async function acquireLease(
           token,
           ttl: policy.ttl,
           fence,
-          sentAt: waitStart,
+          sentAt: lines.passSentAt(line, token, fence) ?? waitStart,
           serverTtl: handover,
           elapsed: performance.now() - start,
         };
@@ -109,6 +109,9 @@ export async function acquireLease(
           const fence = await turn.wait(wait, signal);
           if (fence === 0) return null;
           const handover = Math.min(store.handoverLease, policy.ttl);
+          // Passed by a release of this process: its lease began after that release was sent.
+          const passedAt = lines.passSentAt(line, token, fence);
+          if (passedAt !== undefined) return { fence, sentAt: passedAt, serverTtl: handover };
           if (fence > fenceAtWait && performance.now() < toldToWaitAt + handover - driftOf(store, handover)) {
             return { fence, sentAt: toldToWaitAt, serverTtl: handover };
           }

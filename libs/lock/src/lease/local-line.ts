@@ -15,6 +15,8 @@ interface Head {
   since: number;
   /** Set while it waits for a holder of this process to pass it the lease: ends that wait. */
   notPassed?: () => void;
+  /** The lease a release of this process passed it: its fence, and when that release was sent. */
+  pass?: { fence: number; sentAt: number };
 }
 
 interface Line {
@@ -144,16 +146,25 @@ export class LocalLines {
     const head = state?.head;
     if (state === undefined || head === undefined || head.token === holder) return undefined;
     const jump = this.mayJump(state, head);
+    // The release is sent right after this: the lease it may pass does not start before now.
+    const sentAt = performance.now();
     return {
       token: head.token,
       jump,
       passed: (fence) => {
+        if (fence === 0) return head.notPassed?.();
+        head.pass = { fence, sentAt };
         // Passed ahead of the line: one more pass of this tenure. Passed as first in line (or with
         // nobody there): as good as taken from the store's line, a new tenure.
-        if (fence > 0 && jump) state.passedTo = head.token;
-        if (fence === 0) head.notPassed?.();
+        if (jump) state.passedTo = head.token;
       },
     };
+  }
+
+  /** When the release that passed the head `token` of `line` the lease with `fence` was sent, if one did. */
+  passSentAt(line: string, token: string, fence: number): number | undefined {
+    const pass = this.lines.get(line)?.head?.pass;
+    return this.lines.get(line)?.head?.token === token && pass?.fence === fence ? pass.sentAt : undefined;
   }
 
   private mayJump(state: Line, head: Head): boolean {

@@ -34,7 +34,10 @@ const LINGER_MS = 2_000;
 export class WakeUps {
   private subscriber?: Redis | Cluster;
   private readonly channels = new Map<string, Channel>();
-  /** Open turns by owner token: a handover message names one. */
+  /**
+   * Open turns by channel and owner token (a handover message names the token on its channel): one
+   * token may wait for several locks at once (a `token` option given to several calls).
+   */
   private readonly turns = new Map<string, RedisTurn>();
   /** The subscriber's connection dropped since it was last ready: its channels must be subscribed again. */
   private connectionLost = false;
@@ -53,7 +56,7 @@ export class WakeUps {
   /** See `LockStore.openTurn`: subscribes nothing until the turn first waits. */
   openTurn(channel: string, token: string): Turn {
     const turn = new RedisTurn(this, channel, token);
-    this.turns.set(token, turn);
+    this.turns.set(turnKey(channel, token), turn);
     return turn;
   }
 
@@ -62,15 +65,15 @@ export class WakeUps {
    * handover message would tell it. `false` when that waiter's turn is closed (it stopped waiting).
    */
   handOver(channel: string, token: string, fence: number): boolean {
-    const turn = this.turns.get(token);
-    if (turn?.channel !== channel) return false;
-    turn.handed(fence);
-    return true;
+    const turn = this.turns.get(turnKey(channel, token));
+    turn?.handed(fence);
+    return turn !== undefined;
   }
 
   /** Called by a turn that closes. */
   forget(turn: RedisTurn): void {
-    if (this.turns.get(turn.token) === turn) this.turns.delete(turn.token);
+    const key = turnKey(turn.channel, turn.token);
+    if (this.turns.get(key) === turn) this.turns.delete(key);
   }
 
   /**
@@ -237,8 +240,7 @@ export class WakeUps {
       return;
     }
     const space = message.indexOf(' ');
-    const turn = this.turns.get(message.slice(0, space));
-    if (turn?.channel === name) turn.handed(Number(message.slice(space + 1)));
+    this.turns.get(turnKey(name, message.slice(0, space)))?.handed(Number(message.slice(space + 1)));
   }
 }
 
@@ -274,6 +276,10 @@ class RedisTurn implements Turn {
   close(): void {
     this.wakeUps.forget(this);
   }
+}
+
+function turnKey(channel: string, token: string): string {
+  return `${channel}\0${token}`;
 }
 
 function wakeAll(subscription: Channel): void {
