@@ -3,25 +3,24 @@
 //
 // node bench/run.mjs [--quick] [--reps N] [--only W3,W4] [--variants id,id] [--scale X] [--out NAME]
 // node bench/run.mjs --soak [--soak-cycles N] [--soak-waits N]
-import { execFileSync, fork, spawnSync } from 'node:child_process';
-import { once } from 'node:events';
+// node bench/run.mjs --topology cluster,redlock [--quick] [--reps N] [--scale X]
+import { execFileSync, spawnSync } from 'node:child_process';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { Redis } from 'ioredis';
 import { checkAcceptance } from './lib/acceptance.mjs';
 import { snapshotLibrary } from './lib/library.mjs';
 import { waitChart } from './lib/chart.mjs';
-import { now, offsetTo } from './lib/clock.mjs';
-import { startRedis } from './lib/redis-server.mjs';
+import { now } from './lib/clock.mjs';
 import { consoleSummary, headline, markdown } from './lib/report.mjs';
+import { runSections, runSlicedPairs } from './lib/runs.mjs';
+import { aggregate, measurePairs, median } from './lib/stats.mjs';
+import { startTarget } from './lib/topologies.mjs';
 import { writeFormatted } from './lib/write.mjs';
-import { serverSnapshot } from './lib/server-stats.mjs';
-import { aggregate, measurePairs, measureSections, median } from './lib/stats.mjs';
 import { REDIS_BENCHMARK, VARIANTS } from './lib/variants.mjs';
-import { contended, QUICK, WORKLOADS } from './lib/workloads.mjs';
+import { contended, sizedWorkload, WORKLOADS } from './lib/workloads.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const root = join(here, '..');
@@ -40,6 +39,7 @@ const { values: flags } = parseArgs({
     soak: { type: 'boolean', default: false },
     'soak-cycles': { type: 'string' },
     'soak-waits': { type: 'string' },
+    topology: { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -54,6 +54,9 @@ try {
   if (flags.soak) {
     const { runSoak } = await import('./soak.mjs');
     process.exitCode = (await runSoak(flags, library)) ? 0 : 1;
+  } else if (flags.topology) {
+    const { runTopologies } = await import('./topologies.mjs');
+    await runTopologies(flags, library);
   } else {
     await runBench();
   }
@@ -68,22 +71,13 @@ async function runBench() {
   const chosen = flags.variants ? flags.variants.split(',').map((id) => id.trim()) : undefined;
   const scale = Number(flags.scale);
   if (!(scale > 0 && scale <= 20)) throw new Error('--scale must be a number in (0, 20]');
-  const workloads = Object.fromEntries(
-    only.map((id) => {
-      const sized = { ...WORKLOADS[id], ...(flags.quick ? QUICK[id] : {}) };
-      const scaled = (ms) => (ms === undefined ? undefined : Math.round(ms * scale));
-      return [
-        id,
-        { ...sized, duration: scaled(sized.duration), sliceMs: scaled(sized.sliceMs), warmup: scaled(sized.warmup) },
-      ];
-    }),
-  );
+  const workloads = Object.fromEntries(only.map((id) => [id, sizedWorkload(id, { quick: flags.quick, scale })]));
   const out = flags.out ?? (flags.quick ? 'quick' : only.length < 4 || chosen ? 'partial' : 'latest');
   const benchmarkRequests = flags.quick ? 5_000 : 20_000;
   const placement = cpuPlacement(flags.pin);
 
-  const server = await startRedis({ cpus: placement.redis });
-  const admin = new Redis(server.url);
+  const target = await startTarget('single', { cpus: placement.redis });
+  const [server] = target.servers;
   const started = now();
   const runs = [];
   try {
@@ -99,7 +93,7 @@ async function runBench() {
         const variants = rotate(variantsFor(id, chosen), rep - 1);
         if (contended(id)) {
           for (const variant of variants)
-            record(variant, await runSections(server, admin, workloads[id], variant, rep));
+            record(variant, await runSections({ target, library, workload: workloads[id], variant, rep }));
           continue;
         }
         // W1 / W2: every library in one process, in turns; redis-benchmark before or after them.
@@ -107,15 +101,21 @@ async function runBench() {
         const sliced = variants.filter((variant) => variant !== floor);
         if (floor && rep % 2 === 0) record(floor, redisBenchmark(server.port, benchmarkRequests, placement.pairs));
         if (sliced.length) {
-          const results = await runSlicedPairs(server, admin, workloads[id], sliced, rep, placement.pairs);
+          const results = await runSlicedPairs({
+            target,
+            library,
+            workload: workloads[id],
+            variants: sliced,
+            rep,
+            cpus: placement.pairs,
+          });
           for (const variant of sliced) record(variant, measurePairs(results[variant.id]));
         }
         if (floor && rep % 2 === 1) record(floor, redisBenchmark(server.port, benchmarkRequests, placement.pairs));
       }
     }
   } finally {
-    admin.disconnect();
-    await server.stop();
+    await target.stop();
   }
 
   // One row per workload and variant: its runs, and medians over them.
@@ -214,135 +214,6 @@ function variantsFor(id, chosen) {
   return [...VARIANTS, REDIS_BENCHMARK].filter(
     (variant) => variant.workloads.includes(id) && (!chosen || chosen.includes(variant.id)),
   );
-}
-
-/** W1 / W2: one process measures every variant in turns (see worker.mjs); its results by variant. */
-async function runSlicedPairs(server, admin, workload, variants, rep, cpus) {
-  const key = `bench:${rep}:${workload.id}`;
-  const config = {
-    variants: variants.map((variant) => variant.id),
-    workload: workload.id,
-    url: server.url,
-    library: library.dir,
-    key,
-    keys: workload.keys,
-    slices: workload.slices,
-    sliceMs: workload.sliceMs,
-    warmupMs: workload.warmup,
-  };
-  // Pinned through `taskset`, which execs node with the IPC channel still open.
-  const pinned = cpus === undefined ? {} : { execPath: 'taskset', execArgv: ['-c', cpus, process.execPath] };
-  const child = fork(join(here, 'worker.mjs'), [JSON.stringify(config)], {
-    ...pinned,
-    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-  });
-  try {
-    const inbox = collect(child);
-    await withTimeout(inbox.next('ready'), 60_000, `${key}: worker not ready`);
-    const result = inbox.next('result');
-    child.send({ type: 'go' });
-    const perVariant = variants.length * (workload.warmup + workload.slices * workload.sliceMs);
-    const { results } = await withTimeout(result, perVariant + 120_000, `${key}: worker did not finish`);
-    await exited(child, 15_000);
-    return results;
-  } finally {
-    if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, 'SIGKILL');
-    await admin.flushall();
-  }
-}
-
-/** W3 / W4: starts the processes of one run, gives them one schedule, measures what they recorded. */
-async function runSections(server, admin, workload, variant, rep) {
-  const key = `bench:${rep}:${workload.id}:${variant.id}`;
-  const children = Array.from({ length: workload.processes }, (_, index) => {
-    const config = {
-      variant: variant.id,
-      workload: workload.id,
-      url: server.url,
-      library: library.dir,
-      key,
-      process: index,
-      workers: workload.workers,
-      holdMs: workload.holdMs,
-      limit: workload.limit,
-    };
-    return fork(join(here, 'worker.mjs'), [JSON.stringify(config)], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
-  });
-  try {
-    const messages = children.map((child) => collect(child));
-    await withTimeout(Promise.all(messages.map((inbox) => inbox.next('ready'))), 60_000, `${key}: workers not ready`);
-
-    // Holds are compared on Redis's clock, each process's shifted by its own measured offset.
-    const parentOffset = await offsetTo(admin);
-    const warmStart = now() + 100;
-    const t0 = warmStart + workload.warmup;
-    const tEnd = t0 + workload.duration;
-    const snapshots = [t0, tEnd].map((at) => after(at - now()).then(() => serverSnapshot(admin)));
-    const results = messages.map((inbox) => inbox.next('result'));
-    for (const child of children) child.send({ type: 'go', warmStart, t0, tEnd });
-
-    const reports = await withTimeout(Promise.all(results), tEnd - now() + 90_000, `${key}: workers did not finish`);
-    const [before, last] = await Promise.all(snapshots);
-    const counter = workload.id === 'W3' ? Number(await admin.get(`${key}:counter`)) : undefined;
-    await Promise.all(children.map((child) => exited(child, 15_000)));
-    return measureSections({
-      reports,
-      server: { before, after: last },
-      t0,
-      tEnd,
-      limit: workload.limit,
-      counter,
-      parentOffset,
-    });
-  } finally {
-    for (const child of children)
-      if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, 'SIGKILL');
-    await admin.flushall();
-  }
-}
-
-/** The messages of one child, by type, and its death as a rejection. */
-function collect(child) {
-  const waiting = new Map();
-  const arrived = new Map();
-  child.on('message', (message) => {
-    const resolve = waiting.get(message.type);
-    if (resolve) resolve(message);
-    else arrived.set(message.type, message);
-  });
-  const died = once(child, 'exit').then(([code, signal]) => {
-    throw new Error(`worker ${child.pid} exited (${code ?? signal}) before it reported`);
-  });
-  died.catch(() => undefined);
-  return {
-    next(type) {
-      if (arrived.has(type)) return Promise.resolve(arrived.get(type));
-      return Promise.race([new Promise((resolve) => waiting.set(type, resolve)), died]);
-    },
-  };
-}
-
-async function exited(child, ms) {
-  if (child.exitCode !== null || child.signalCode !== null) return;
-  await withTimeout(once(child, 'exit'), ms, `worker ${child.pid} did not exit`).catch(() => {
-    process.kill(child.pid, 'SIGKILL');
-  });
-}
-
-function after(ms) {
-  return new Promise((resolve) => setTimeout(resolve, Math.max(0, ms)));
-}
-
-async function withTimeout(promise, ms, message) {
-  let timer;
-  try {
-    return await Promise.race([
-      promise,
-      new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(message)), ms))),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /** The floor: one client, PING after PING, as fast as the server answers; a pair needs two. */

@@ -12,6 +12,7 @@ import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
 import { now, offsetTo, sleepUntil } from './lib/clock.mjs';
 import { addDelta, serverDelta, serverSnapshot } from './lib/server-stats.mjs';
+import { dataClient, nodeClient } from './lib/topologies.mjs';
 import { open, variantById } from './lib/variants.mjs';
 
 /** No loop of a worker runs more than this many operations, whatever the clock says. */
@@ -111,8 +112,9 @@ async function slicedPairs() {
  * `workers` loops, each recording `[worker, requested, start, end]` per section on the shared clock.
  */
 async function sections() {
-  const adapter = await open(variantById(config.variant), config.url, config);
-  const data = config.workload === 'W3' ? exclude(new Redis(config.url)) : undefined;
+  const target = config.target ?? { kind: 'single', url: config.url };
+  const adapter = await open(variantById(config.variant), target, config);
+  const data = config.workload === 'W3' ? exclude(dataClient(target)) : undefined;
   // Warm up: connections, script caches, the first compile of the hot paths.
   const warmKey = `${config.key}:warm:${config.process}`;
   for (let i = 0; i < 5; i++) {
@@ -120,7 +122,7 @@ async function sections() {
     else await adapter.withLock(warmKey, async () => undefined);
   }
   await data?.ping();
-  const clockClient = exclude(new Redis(config.url));
+  const clockClient = exclude(nodeClient(target));
   const clockOffset = await offsetTo(clockClient);
   clockClient.disconnect();
 

@@ -14,16 +14,18 @@ process.once('exit', () => {
 
 /**
  * Starts `redis-server` on a free port; resolves once it answers PING. With `cpus` (e.g. `'0'`)
- * the server runs pinned to those CPUs (through `taskset`, which execs it under the same PID).
+ * the server runs pinned to those CPUs (through `taskset`, which execs it under the same PID);
+ * `args(port)`: more command-line options (a cluster node's config file); `clusterBus`: the port
+ * + 10000 (a cluster node's bus) must be free too.
  */
-export async function startRedis({ cpus } = {}) {
+export async function startRedis({ cpus, args = () => [], clusterBus = false } = {}) {
   const probe = spawnSync(BINARY, ['--version'], { encoding: 'utf8' });
   if (probe.error) throw new Error(`Cannot run "${BINARY}": install redis-server or set REDIS_SERVER to its path`);
   const version = /v=(\S+)/.exec(probe.stdout)?.[1] ?? 'unknown';
   for (let tries = 1; ; tries++) {
-    const port = await freePort();
+    const port = clusterBus ? await freeClusterPort() : await freePort();
     try {
-      return await launch(port, version, cpus);
+      return await launch(port, version, cpus, args(port));
     } catch (error) {
       // Another process may have taken the port between our probe and redis binding it.
       if (tries === 3) throw error;
@@ -31,9 +33,9 @@ export async function startRedis({ cpus } = {}) {
   }
 }
 
-async function launch(port, version, cpus) {
+async function launch(port, version, cpus, extra) {
   const args = [BINARY, '--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'];
-  args.push('--loglevel', 'warning');
+  args.push('--loglevel', 'warning', ...extra);
   const [command, ...rest] = cpus === undefined ? args : ['taskset', '-c', cpus, ...args];
   const child = spawn(command, rest, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
@@ -74,6 +76,25 @@ async function freePort() {
   server.close();
   await once(server, 'close');
   return port;
+}
+
+/** A free port whose port + 10000 is free as well (a probe, not a reservation). */
+async function freeClusterPort() {
+  for (let tries = 0; tries < 50; tries++) {
+    const port = await freePort();
+    if (port + 10_000 > 65_535) continue;
+    const bus = createServer();
+    const free = await new Promise((resolve) => {
+      bus.once('error', () => resolve(false));
+      bus.listen(port + 10_000, '127.0.0.1', () => resolve(true));
+    });
+    if (free) {
+      bus.close();
+      await once(bus, 'close');
+      return port;
+    }
+  }
+  throw new Error('found no free port whose port + 10000 is free too');
 }
 
 function ping(port) {

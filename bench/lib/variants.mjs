@@ -22,7 +22,8 @@ export const LEASE = 10_000;
  * - `role`: `subject` (nest-lock: what the acceptance points judge), `anchor` (what it is judged
  *   against: the best anchor of the same run) or `floor` (the cost of the round trips alone);
  * - `primary`: the subject row the acceptance points are checked on;
- * - `options`: per-call options (nest-lock) or constructor settings (the others).
+ * - `options`: per-call options (nest-lock) or constructor settings (the others);
+ * - `topologies`: where else than one Redis it runs in `--topology` (see lib/topologies.mjs).
  */
 export const VARIANTS = [
   {
@@ -33,6 +34,7 @@ export const VARIANTS = [
     primary: true,
     options: {},
     workloads: ALL,
+    topologies: ['cluster', 'redlock'],
   },
   {
     id: 'nest-lock-unfair',
@@ -41,6 +43,7 @@ export const VARIANTS = [
     role: 'subject',
     options: { fair: false },
     workloads: ['W3', 'W4'],
+    topologies: ['cluster'],
   },
   {
     id: 'redis-semaphore',
@@ -49,6 +52,7 @@ export const VARIANTS = [
     role: 'anchor',
     options: {},
     workloads: ALL,
+    topologies: ['cluster', 'redlock'],
   },
   {
     id: 'redlock',
@@ -57,6 +61,7 @@ export const VARIANTS = [
     role: 'anchor',
     options: {},
     workloads: LOCKS,
+    topologies: ['cluster', 'redlock'],
   },
   {
     id: 'redlock-short',
@@ -65,6 +70,7 @@ export const VARIANTS = [
     role: 'anchor',
     options: { retryDelay: 5, retryJitter: 2 },
     workloads: LOCKS,
+    topologies: ['cluster', 'redlock'],
   },
   {
     id: 'setnx',
@@ -73,6 +79,7 @@ export const VARIANTS = [
     role: 'anchor',
     options: { poll: 5 },
     workloads: LOCKS,
+    topologies: ['cluster'],
   },
   {
     id: 'ioredis-ping',
@@ -101,36 +108,52 @@ export function variantById(id) {
 }
 
 /**
- * Opens a variant in this process on `url`. The adapter:
+ * Opens a variant in this process on `target`: a redis:// URL, or a target spec of
+ * lib/topologies.mjs (`{ kind: 'single', url }`, `{ kind: 'cluster', nodes }`, `{ kind: 'redlock', nodes }`).
+ * The adapter:
  * - `pair(key)`: one uncontended acquire + release of lock `key`;
  * - `withLock(key, fn)`: runs `fn` holding lock `key` (waiting as long as it takes, up to ACQUIRE_TIMEOUT);
  * - `withPermit(name, limit, fn)`: runs `fn` holding a permit of semaphore `name`;
  * - `close()`.
  */
-export async function open(variant, url, { library } = {}) {
+export async function open(variant, target, { library } = {}) {
+  const spec = typeof target === 'string' ? { kind: 'single', url: target } : target;
+  if (spec.kind !== 'single' && !variant.topologies?.includes(spec.kind)) {
+    throw new Error(`${variant.label} does not run on ${spec.kind}`);
+  }
   switch (variant.kind) {
     case 'nest-lock':
-      return openNestLock(variant, url, library);
+      return openNestLock(variant, spec, library);
     case 'redis-semaphore':
-      return openRedisSemaphore(variant, url);
+      return openRedisSemaphore(variant, spec);
     case 'redlock':
-      return openRedlock(variant, url);
+      return openRedlock(variant, spec);
     case 'setnx':
-      return openSetNx(variant, url);
+      return openSetNx(variant, spec);
     case 'ping':
-      return openPing(url);
+      return openPing(spec);
     default:
       throw new Error(`no adapter for kind "${variant.kind}"`);
   }
 }
 
-async function openNestLock(variant, url, library) {
+/** nest-lock's module options for `spec`: the same as a user's forRoot. */
+function moduleOptions(spec) {
+  if (spec.kind === 'cluster') return { redis: { cluster: { nodes: spec.nodes } } };
+  if (spec.kind === 'redlock') return { redlock: { nodes: spec.nodes, quarantine: 0 } };
+  return { redis: spec.url };
+}
+
+async function openNestLock(variant, spec, library) {
   const { NestFactory } = await import('@nestjs/core');
   // The built library, as a user's app imports it (`npm run bench` builds it first; run.mjs hands
   // the workers a copy of that build, frozen for the whole run).
   const entry = library ? pathToFileURL(join(library, 'index.js')).href : '../../libs/lock/dist/index.js';
   const { LockModule, LockService, SemaphoreService } = await import(entry);
-  const app = await NestFactory.createApplicationContext(LockModule.forRoot({ redis: url }), { logger: false });
+  const app = await NestFactory.createApplicationContext(
+    LockModule.forRoot({ ...moduleOptions(spec), defaults: { ttl: LEASE } }),
+    { logger: false },
+  );
   const locks = app.get(LockService);
   const semaphores = app.get(SemaphoreService);
   const options = { ...variant.options, timeout: ACQUIRE_TIMEOUT };
@@ -145,9 +168,8 @@ async function openNestLock(variant, url, library) {
   };
 }
 
-async function openRedisSemaphore(variant, url) {
-  const { Mutex, Semaphore } = await import('redis-semaphore');
-  const client = await connect(url);
+async function openRedisSemaphore(variant, spec) {
+  const { Mutex, RedlockMutex, Semaphore } = await import('redis-semaphore');
   const options = { lockTimeout: LEASE, acquireTimeout: ACQUIRE_TIMEOUT, ...variant.options };
   const hold = async (lock, fn) => {
     await lock.acquire();
@@ -157,6 +179,18 @@ async function openRedisSemaphore(variant, url) {
       await lock.release();
     }
   };
+  if (spec.kind === 'redlock') {
+    const clients = await Promise.all(spec.nodes.map((url) => connect({ kind: 'single', url })));
+    return {
+      async pair(key) {
+        await hold(new RedlockMutex(clients, key, options), async () => undefined);
+      },
+      withLock: (key, fn) => hold(new RedlockMutex(clients, key, options), fn),
+      withPermit: unsupported('nest-lock has no semaphore on Redlock: not compared'),
+      close: () => Promise.all(clients.map(quit)),
+    };
+  }
+  const client = await connect(spec);
   return {
     async pair(key) {
       const mutex = new Mutex(client, key, options);
@@ -169,20 +203,35 @@ async function openRedisSemaphore(variant, url) {
   };
 }
 
-async function openRedlock(variant, url) {
+async function openRedlock(variant, spec) {
   const { Redlock } = await import('@sesamecare-oss/redlock');
-  const client = await connect(url);
-  const settings = { retryDelay: 200, ...variant.options };
-  // Its retries are counted, not timed: enough of them to wait ACQUIRE_TIMEOUT like the others.
-  const redlock = new Redlock([client], { ...settings, retryCount: Math.ceil(ACQUIRE_TIMEOUT / settings.retryDelay) });
+  const clients =
+    spec.kind === 'redlock'
+      ? await Promise.all(spec.nodes.map((url) => connect({ kind: 'single', url })))
+      : [await connect(spec)];
+  const { retryDelay = 200, retryJitter = 100 } = variant.options;
+  const redlock = new Redlock(clients, { ...variant.options, retryCount: 0 });
   redlock.on('error', () => undefined);
+  // Its own retries are counted, not timed (and on several masters an attempt takes longer): the
+  // same retries here (retryDelay ± retryJitter), until ACQUIRE_TIMEOUT like every other library.
+  const acquire = async (key) => {
+    const deadline = now() + ACQUIRE_TIMEOUT;
+    for (;;) {
+      try {
+        return await redlock.acquire([key], LEASE);
+      } catch (error) {
+        if (now() > deadline) throw error;
+        await delay(retryDelay + Math.floor((Math.random() * 2 - 1) * retryJitter));
+      }
+    }
+  };
   return {
     async pair(key) {
-      const lock = await redlock.acquire([key], LEASE);
+      const lock = await acquire(key);
       await lock.release();
     },
     async withLock(key, fn) {
-      const lock = await redlock.acquire([key], LEASE);
+      const lock = await acquire(key);
       try {
         return await fn();
       } finally {
@@ -190,13 +239,13 @@ async function openRedlock(variant, url) {
       }
     },
     withPermit: unsupported('redlock has no semaphore'),
-    close: () => quit(client),
+    close: () => Promise.all(clients.map(quit)),
   };
 }
 
 /** The lock everyone writes first: SET NX PX, poll every `poll` ms, compare-and-delete in Lua to release. */
-async function openSetNx(variant, url) {
-  const client = await connect(url);
+async function openSetNx(variant, spec) {
+  const client = await connect(spec);
   client.defineCommand('benchCompareAndDelete', {
     numberOfKeys: 1,
     lua: `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`,
@@ -230,8 +279,8 @@ async function openSetNx(variant, url) {
 }
 
 /** Two PINGs per pair: what any lock that needs one round trip to acquire and one to release costs at least. */
-async function openPing(url) {
-  const client = await connect(url);
+async function openPing(spec) {
+  const client = await connect(spec);
   return {
     async pair() {
       await client.ping();
@@ -243,9 +292,10 @@ async function openPing(url) {
   };
 }
 
-async function connect(url) {
-  const { Redis } = await import('ioredis');
-  const client = new Redis(url, { lazyConnect: true });
+/** A connected ioredis client of a single server or a cluster. */
+async function connect(spec) {
+  const { Cluster, Redis } = await import('ioredis');
+  const client = spec.kind === 'cluster' ? new Cluster(spec.nodes, { lazyConnect: true }) : new Redis(spec.url, { lazyConnect: true });
   await client.connect();
   return client;
 }

@@ -58,6 +58,13 @@ export const QUICK = {
 
 export const contended = (id) => id === 'W3' || id === 'W4';
 
+/** Workload `id` as a run measures it: `--quick` sizes, every duration × `scale`. */
+export function sizedWorkload(id, { quick = false, scale = 1 } = {}) {
+  const sized = { ...WORKLOADS[id], ...(quick ? QUICK[id] : {}) };
+  const scaled = (ms) => (ms === undefined ? undefined : Math.round(ms * scale));
+  return { ...sized, duration: scaled(sized.duration), sliceMs: scaled(sized.sliceMs), warmup: scaled(sized.warmup) };
+}
+
 function slices(w) {
   return `every library in one process, measured in ${w.slices} slices of ${w.sliceMs} ms taken in turn (order rotated each round) after a ${w.warmup} ms warm-up each`;
 }
