@@ -4,8 +4,16 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as delay } from 'node:timers/promises';
 import { promisify } from 'node:util';
+import type { HoldRecord } from './history.js';
 
 const run = promisify(execFile);
+
+/** What a hold-history worker (workers/hold-history.mjs) prints: its holds, its errors by code, its slowest call (ms). */
+export interface HoldHistoryReport {
+  holds: HoldRecord[];
+  errors: Record<string, number>;
+  slowestCall: number;
+}
 
 function scriptOf(name: string): string {
   return fileURLToPath(new URL(`./workers/${name}.mjs`, import.meta.url));

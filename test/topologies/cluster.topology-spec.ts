@@ -2,11 +2,11 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Cluster } from 'ioredis';
 import { LockStore, RedisStore } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
-import { checkHistory, type HoldRecord } from '../support/history.js';
+import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
 import { RedisClusterTopology } from '../support/topologies.js';
 import { command } from '../support/topology-tools.js';
-import { runWorkers } from '../support/workers.js';
+import { type HoldHistoryReport, runWorkers } from '../support/workers.js';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -23,11 +23,6 @@ function spawnWorker(name: string, args: string[]): Promise<unknown> {
 const figures: Record<string, unknown> = {};
 afterAll(() => console.log(`cluster figures: ${JSON.stringify(figures)}`));
 
-interface HistoryReport {
-  holds: HoldRecord[];
-  errors: Record<string, number>;
-  slowestCall: number;
-}
 
 /** Keys over many slots: plain, with a `{tag}` (several keys on one slot), and with stray braces. */
 function spreadKeys(label: string, count: number): string[] {
@@ -98,7 +93,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
 
   it('keeps mutual exclusion across processes with keys on all slots (counters exact)', async () => {
     const keys = spreadKeys(uniqueKey('exclusion'), 12);
-    const reports = await runWorkers<HistoryReport>('hold-history', 3, [
+    const reports = await runWorkers<HoldHistoryReport>('hold-history', 3, [
       target,
       keys.join(','),
       3,
@@ -128,7 +123,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
 
   it('never lets more than the limit hold permits across processes, semaphores on all slots', async () => {
     const names = spreadKeys(uniqueKey('permits'), 10);
-    const reports = await runWorkers<HistoryReport>('hold-history', 3, [
+    const reports = await runWorkers<HoldHistoryReport>('hold-history', 3, [
       target,
       names.join(','),
       3,
@@ -196,7 +191,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
   it('answers every caller within its timeout when a primary is killed, and leases resume once its replica took over', async () => {
     const keys = spreadKeys(uniqueKey('killed'), 12);
     const timeout = 8_000;
-    const run = runWorkers<HistoryReport>('hold-history', 3, [target, keys.join(','), 3, 4, 12_000, timeout, 'lock']);
+    const run = runWorkers<HoldHistoryReport>('hold-history', 3, [target, keys.join(','), 3, 4, 12_000, timeout, 'lock']);
     await delay(2_500);
     const [primary] = await topology.primaries();
     const killedAt = Date.now();
@@ -225,7 +220,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
   it('keeps mutual exclusion and answers every caller within its timeout through a primary failover', async () => {
     const keys = spreadKeys(uniqueKey('failover'), 12);
     const timeout = 10_000;
-    const run = runWorkers<HistoryReport>('hold-history', 3, [target, keys.join(','), 3, 4, 8_000, timeout, 'lock']);
+    const run = runWorkers<HoldHistoryReport>('hold-history', 3, [target, keys.join(','), 3, 4, 8_000, timeout, 'lock']);
     await delay(2_500);
     const [replica] = await topology.replicas();
     figures.manualFailoverMs = await topology.failover(replica);

@@ -1,20 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { setTimeout as delay } from 'node:timers/promises';
-import { checkHistory, type HoldRecord } from '../support/history.js';
+import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
 import { SentinelTopology } from '../support/topologies.js';
 import { command } from '../support/topology-tools.js';
-import { runWorkers } from '../support/workers.js';
+import { type HoldHistoryReport, runWorkers } from '../support/workers.js';
 
 /** What the runs measured, printed once at the end (for docs/DEPLOYMENT.md). */
 const figures: Record<string, unknown> = {};
 afterAll(() => console.log(`sentinel figures: ${JSON.stringify(figures)}`));
 
-interface HistoryReport {
-  holds: HoldRecord[];
-  errors: Record<string, number>;
-  slowestCall: number;
-}
 
 describe('nest-lock on a primary with a replica and three sentinels', () => {
   let topology: SentinelTopology;
@@ -69,7 +64,7 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
     const keys = Array.from({ length: 6 }, (_, i) => `${uniqueKey('sentinel')}:${i}`);
     const timeout = 5_000;
     expect(await wokenByMessage()).toBeLessThan(1_000); // the app's subscriber stands on the first primary
-    const run = runWorkers<HistoryReport>('hold-history', 2, [target, keys.join(','), 2, 4, 12_000, timeout, 'lock']);
+    const run = runWorkers<HoldHistoryReport>('hold-history', 2, [target, keys.join(','), 2, 4, 12_000, timeout, 'lock']);
     await delay(3_000);
     const killed = await topology.killPrimary();
     const killedAt = Date.now();

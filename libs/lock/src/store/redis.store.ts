@@ -184,12 +184,12 @@ export class RedisStore implements LockStore {
       handedFence = Number(fence);
       return Number(held) === 1;
     } finally {
-      if (successor !== undefined) this.passOn(script, kind, id, successor, handedFence);
+      if (successor !== undefined) this.deliverToSuccessor(script, kind, id, successor, handedFence);
     }
   }
 
   /** Tells `successor` how the release that named it went; a lease it was handed goes to its turn. */
-  private passOn(script: RedisScript, kind: LeaseKind, id: string, successor: Successor, fence: number): void {
+  private deliverToSuccessor(script: RedisScript, kind: LeaseKind, id: string, successor: Successor, fence: number): void {
     successor.passed(fence);
     if (fence > 0 && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, fence)) {
       // The successor stopped waiting while the release was on its way: nobody will use its lease.
