@@ -140,4 +140,3 @@ export async function withTimeout(promise, ms, message) {
     clearTimeout(timer);
   }
 }
-

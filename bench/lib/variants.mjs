@@ -295,7 +295,10 @@ async function openPing(spec) {
 /** A connected ioredis client of a single server or a cluster. */
 async function connect(spec) {
   const { Cluster, Redis } = await import('ioredis');
-  const client = spec.kind === 'cluster' ? new Cluster(spec.nodes, { lazyConnect: true }) : new Redis(spec.url, { lazyConnect: true });
+  const client =
+    spec.kind === 'cluster'
+      ? new Cluster(spec.nodes, { lazyConnect: true })
+      : new Redis(spec.url, { lazyConnect: true });
   await client.connect();
   return client;
 }

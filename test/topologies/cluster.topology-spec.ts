@@ -23,7 +23,6 @@ function spawnWorker(name: string, args: string[]): Promise<unknown> {
 const figures: Record<string, unknown> = {};
 afterAll(() => console.log(`cluster figures: ${JSON.stringify(figures)}`));
 
-
 /** Keys over many slots: plain, with a `{tag}` (several keys on one slot), and with stray braces. */
 function spreadKeys(label: string, count: number): string[] {
   const odd = ['{}', '}{', 'a{b', 'x}y', '{tag}:1', '{tag}:2', 'user:{42}:cart', '{{x}}'];
@@ -191,7 +190,15 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
   it('answers every caller within its timeout when a primary is killed, and leases resume once its replica took over', async () => {
     const keys = spreadKeys(uniqueKey('killed'), 12);
     const timeout = 8_000;
-    const run = runWorkers<HoldHistoryReport>('hold-history', 3, [target, keys.join(','), 3, 4, 12_000, timeout, 'lock']);
+    const run = runWorkers<HoldHistoryReport>('hold-history', 3, [
+      target,
+      keys.join(','),
+      3,
+      4,
+      12_000,
+      timeout,
+      'lock',
+    ]);
     await delay(2_500);
     const [primary] = await topology.primaries();
     const killedAt = Date.now();
@@ -220,7 +227,15 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
   it('keeps mutual exclusion and answers every caller within its timeout through a primary failover', async () => {
     const keys = spreadKeys(uniqueKey('failover'), 12);
     const timeout = 10_000;
-    const run = runWorkers<HoldHistoryReport>('hold-history', 3, [target, keys.join(','), 3, 4, 8_000, timeout, 'lock']);
+    const run = runWorkers<HoldHistoryReport>('hold-history', 3, [
+      target,
+      keys.join(','),
+      3,
+      4,
+      8_000,
+      timeout,
+      'lock',
+    ]);
     await delay(2_500);
     const [replica] = await topology.replicas();
     figures.manualFailoverMs = await topology.failover(replica);

@@ -10,7 +10,6 @@ import { type HoldHistoryReport, runWorkers } from '../support/workers.js';
 const figures: Record<string, unknown> = {};
 afterAll(() => console.log(`sentinel figures: ${JSON.stringify(figures)}`));
 
-
 describe('nest-lock on a primary with a replica and three sentinels', () => {
   let topology: SentinelTopology;
   let app: LockApp;
@@ -64,7 +63,15 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
     const keys = Array.from({ length: 6 }, (_, i) => `${uniqueKey('sentinel')}:${i}`);
     const timeout = 5_000;
     expect(await wokenByMessage()).toBeLessThan(1_000); // the app's subscriber stands on the first primary
-    const run = runWorkers<HoldHistoryReport>('hold-history', 2, [target, keys.join(','), 2, 4, 12_000, timeout, 'lock']);
+    const run = runWorkers<HoldHistoryReport>('hold-history', 2, [
+      target,
+      keys.join(','),
+      2,
+      4,
+      12_000,
+      timeout,
+      'lock',
+    ]);
     await delay(3_000);
     const killed = await topology.killPrimary();
     const killedAt = Date.now();
