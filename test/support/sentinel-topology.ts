@@ -124,6 +124,34 @@ export class SentinelTopology {
   }
 
   /**
+   * Freezes the current primary (SIGSTOP): its connections stay open and unanswered, and the
+   * sentinels fail it over. Returns its address and `resume` (SIGCONT): it wakes up still believing
+   * it is the primary until the sentinels turn it into a replica.
+   */
+  async freezePrimary(): Promise<{ primary: Address; resume: () => void }> {
+    const primary = await this.primary();
+    const server = this.dataNode(primary.port);
+    server.pause();
+    this.killedAt.set(primary.port, performance.now());
+    return { primary, resume: () => server.resume() };
+  }
+
+  /** Starts the killed node on `port` again (empty); the sentinels make it a replica of the primary. */
+  async restartNode(port: number): Promise<void> {
+    await this.dataNode(port).restart();
+  }
+
+  /** Waits until the node on `port` is a replica in sync with the primary again (after a failover it went through). */
+  async waitForReplica(port: number, timeoutMs = 30_000): Promise<void> {
+    await waitFor(`node ${port} back as a replica in sync`, Date.now() + timeoutMs, async () => {
+      const info = String(await command(port, ['INFO', 'replication']));
+      if (!info.includes('role:slave') || !info.includes('master_link_status:up')) {
+        throw new NotYet(`node ${port} is not a replica in sync yet`);
+      }
+    });
+  }
+
+  /**
    * Waits until every running sentinel names a primary other than `oldPrimaryPort` and that node
    * says it is a primary. `ms`: the time from `killPrimary()` (or from this call) to then.
    */

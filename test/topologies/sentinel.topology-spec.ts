@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { Lock } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
@@ -14,6 +15,8 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
   let topology: SentinelTopology;
   let app: LockApp;
   let target: string;
+  /** The primary the failover test killed. */
+  let killedPort: number | undefined;
 
   beforeAll(async () => {
     topology = await SentinelTopology.start();
@@ -74,6 +77,7 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
     ]);
     await delay(3_000);
     const killed = await topology.killPrimary();
+    killedPort = killed.port;
     const killedAt = Date.now();
     const { ms: failoverMs } = await topology.waitForFailover(killed.port);
     const reports = await run;
@@ -96,6 +100,59 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
 
   it('wakes waiters by message again after the failover (the subscriber follows the new primary)', async () => {
     expect(await wokenByMessage()).toBeLessThan(1_000);
+  });
+
+  it('with waitForReplicas, gives back what a failed-over primary grants after it wakes: no second owner', async () => {
+    // The primary killed above comes back as the replica that acknowledges.
+    await topology.restartNode(killedPort!);
+    await topology.waitForReplica(killedPort!);
+    const redis = { sentinels: topology.sentinels, name: topology.name };
+    const careful = await bootLockModule({
+      redis,
+      commandTimeout: 500,
+      waitForReplicas: { replicas: 1, timeout: 100 },
+    });
+    const careless = await bootLockModule({ redis, commandTimeout: 500 });
+    let fresh: LockApp | undefined;
+    const granted: Lock[] = [];
+    try {
+      const label = uniqueKey('zombie');
+      const carefulKeys = Array.from({ length: 10 }, (_, i) => `${label}:careful:${i}`);
+      const carelessKeys = Array.from({ length: 10 }, (_, i) => `${label}:careless:${i}`);
+      // Both apps are connected to the primary, and will stay connected to it while it is frozen.
+      await (await careful.locks.lock(carefulKeys[0])).unlock();
+      await (await careless.locks.lock(carelessKeys[0])).unlock();
+
+      const frozen = await topology.freezePrimary();
+      await topology.waitForFailover(frozen.primary.port);
+      // A new app, on the new primary, takes every key.
+      fresh = await bootLockModule({ redis, commandTimeout: 500 });
+      granted.push(
+        ...(await Promise.all(
+          [...carefulKeys, ...carelessKeys].map((key) => fresh!.locks.lock(key, { timeout: 3_000 })),
+        )),
+      );
+      // The old primary wakes up with the apps' attempts waiting for it, still a primary with the old data.
+      const carefulTries = carefulKeys.map((key) => careful.locks.tryLock(key).catch(() => null));
+      const carelessTries = carelessKeys.map((key) => careless.locks.tryLock(key).catch(() => null));
+      await delay(30);
+      frozen.resume();
+      const carefulGot = (await Promise.all(carefulTries)).filter((lock) => lock !== null);
+      const carelessGot = (await Promise.all(carelessTries)).filter((lock) => lock !== null);
+      granted.push(...carefulGot, ...carelessGot);
+
+      // No replica acknowledges what the old primary writes: the careful app gave every such lease back.
+      expect(carefulGot).toHaveLength(0);
+      // The control: without waitForReplicas the old primary hands out locks the new one's holder has.
+      expect(carelessGot.length).toBeGreaterThan(0);
+      figures.zombieGrantsWithoutWaitForReplicas = carelessGot.length;
+      await topology.waitForReplica(frozen.primary.port);
+    } finally {
+      await Promise.all(granted.map((lock) => lock.unlock().catch(() => undefined)));
+      await closeLockApp(fresh);
+      await closeLockApp(careful);
+      await closeLockApp(careless);
+    }
   });
 
   /**

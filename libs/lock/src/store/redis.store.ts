@@ -100,7 +100,21 @@ export class RedisStore implements LockStore {
   }
 
   openTurn(kind: LeaseKind, id: string, token: string): Turn {
-    return this.wakeUps.openTurn(this.channelOf(kind, id), token);
+    const turn = this.wakeUps.openTurn(this.channelOf(kind, id), token);
+    const { waitForReplicas } = this.options;
+    if (!waitForReplicas) return turn;
+    return {
+      close: () => turn.close(),
+      // A lease handed over counts only once the replicas have it too (see `attempt`).
+      wait: async (wait, signal) => {
+        const fence = await turn.wait(wait, signal);
+        if (fence === 0 || (await this.acknowledged(id, waitForReplicas))) return fence;
+        await this.release(kind === 'lock' ? releaseLockScript : releasePermitScript, kind, id, token).catch(
+          () => undefined,
+        );
+        return 0;
+      },
+    };
   }
 
   async extendPermit(name: string, token: string, ttl: number): Promise<boolean> {
@@ -217,20 +231,28 @@ export class RedisStore implements LockStore {
       ...args,
       ...rest,
     ])) as [number, number, string | undefined];
-    if (Number(fence) > 0 && this.options.waitForReplicas) await this.waitForReplicas(id, this.options.waitForReplicas);
+    const { waitForReplicas } = this.options;
+    if (Number(fence) > 0 && waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {
+      // Not on enough replicas in time: a failover could lose it, and a primary that was failed over
+      // while it was away (it has no replicas left) grants what the new primary may have given
+      // someone else. Given back: the caller's wait goes on.
+      await this.release(kind === 'lock' ? releaseLockScript : releasePermitScript, kind, id, String(args[0]));
+      return { fence: 0, retryIn: 0, lastFence: Number(fence) };
+    }
     return { fence: Number(fence), retryIn: Number(retryIn), lastFence: Number(lastFence ?? 0) };
   }
 
   /**
-   * Gives the replicas up to `timeout` ms to acknowledge the lease just written (on the same
-   * connection, so WAIT covers it): a failover then keeps it unless the replicas were late. Best
-   * effort, as Redisson's: a lease the replicas did not acknowledge in time is still granted.
+   * Whether `replicas` replicas acknowledge, within `timeout` ms, every write of this connection so
+   * far (WAIT): the lease just written by it, or, for one handed over by another connection, at
+   * least that this primary still has its replicas.
    */
-  private async waitForReplicas(
+  private async acknowledged(
     id: string,
     { replicas, timeout }: { replicas: number; timeout: number },
-  ): Promise<void> {
-    await this.run(id, 'WAIT', () => (this.client as Redis).wait(replicas, timeout)).catch(() => undefined);
+  ): Promise<boolean> {
+    const count = await this.run(id, 'WAIT', () => (this.client as Redis).wait(replicas, timeout)).catch(() => 0);
+    return Number(count) >= replicas;
   }
 
   /** `<prefix>{<key>}` for a lock, `<prefix>sem:{<name>}` for a semaphore (see the class comment for braces). */
