@@ -91,10 +91,11 @@ export interface LockModuleOptions {
    */
   commandTimeout?: number;
   /**
-   * Best effort against a failover losing a fresh lease (Sentinel, or a primary with replicas):
-   * after every granted attempt, `WAIT replicas timeout` until that many replicas have the write,
-   * or `timeout` ms passed (the lease is granted either way). One Redis with replicas only: not
-   * with a cluster, nor Redlock; `timeout` below `commandTimeout`.
+   * Against a failover losing a fresh lease, and a failed-over primary that wakes up granting
+   * leases again (Sentinel, or a primary with replicas): after every granted attempt and every
+   * lease handed over, `WAIT replicas timeout`; a lease fewer replicas acknowledged is given back
+   * and the wait goes on (so a primary with fewer replicas grants nothing). One Redis with
+   * replicas only: not with a cluster, nor Redlock; `timeout` below `commandTimeout`.
    */
   waitForReplicas?: { replicas: number; timeout: number };
   /**

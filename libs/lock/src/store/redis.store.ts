@@ -35,7 +35,7 @@ export interface RedisStoreOptions {
   commandTimeout: number;
   /** `close()` quits the client only when the module created it; a client passed in stays open. */
   ownsClient: boolean;
-  /** After a granted attempt, `WAIT replicas timeout` (best effort: the lease is granted either way). */
+  /** After a granted attempt or a handover, `WAIT replicas timeout`: a lease the replicas did not acknowledge is given back. */
   waitForReplicas?: { replicas: number; timeout: number } | undefined;
 }
 
