@@ -114,6 +114,27 @@ describe('redlock options', () => {
       /server of redlock.nodes\[0\]/,
     ],
     [
+      'one server under other loopback addresses',
+      () => ({
+        redlock: {
+          nodes: [
+            server.url,
+            `redis://127.1:${servers[1].port}`,
+            { host: '::ffff:127.0.0.1', port: server.port },
+            `redis://[::ffff:127.0.0.1]:${servers[1].port}`,
+          ],
+        },
+      }),
+      'redlock.nodes[2]',
+      /server of redlock.nodes\[0\]/,
+    ],
+    [
+      'the IPv6 loopback written out beside localhost',
+      () => ({ redlock: { nodes: [{ host: '0:0:0:0:0:0:0:1', port: 7000 }, 'redis://localhost:7000', server.url] } }),
+      'redlock.nodes[1]',
+      /localhost:7000/,
+    ],
+    [
       'the default port twice',
       () => ({ redlock: { nodes: ['redis://127.0.0.1', { host: '127.0.0.1', port: 6379 }, server.url] } }),
       'redlock.nodes[1]',
@@ -167,6 +188,20 @@ describe('redlock options', () => {
     expect((error as InvalidArgumentError).argument).toBe('redlock.quorum');
     expect(client.status).toBe('wait');
     client.disconnect();
+  });
+
+  it('takes nodes behind Sentinel: which server they are, only the sentinels know (the quorum counts run_ids)', async () => {
+    const behindSentinels = ['orders-a', 'orders-b', 'orders-c'].map(
+      (name) => new Redis({ sentinels: [{ host: '127.0.0.1', port: 1 }], name, lazyConnect: true }),
+    );
+    try {
+      const error = await bootstrapError(
+        LockModule.forRoot({ redlock: { nodes: behindSentinels, quarantine: 0 }, logger: false }),
+      );
+      expect(error).toBeUndefined();
+    } finally {
+      behindSentinels.forEach((client) => client.disconnect());
+    }
   });
 
   it('refuses a cluster client as a node', async () => {

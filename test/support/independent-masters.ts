@@ -1,4 +1,5 @@
 import { Redis } from 'ioredis';
+import { join } from 'node:path';
 import type { RedisServer } from './redis-server.js';
 import { type Address, HOST, Startup } from './topology-tools.js';
 
@@ -10,19 +11,33 @@ export class IndependentMasters {
   /** How long the start took, in ms. */
   startMs = 0;
 
-  private constructor(readonly servers: readonly RedisServer[]) {}
+  private constructor(
+    readonly servers: readonly RedisServer[],
+    private readonly socketDir?: string,
+  ) {}
 
   /** Starts `n` servers within `timeoutMs`, or throws having killed those it started. */
-  /** `snapshotDir`: each server keeps an RDB file there (written only by `snapshot`) and reloads it at a restart. */
+  /**
+   * `snapshotDir`: each server keeps an RDB file there (written only by `snapshot`) and reloads it at
+   * a restart. `socketDir`: each server also listens on a unix socket there (`socketOf(i)`).
+   */
   static async start(
     n: number,
-    { timeoutMs = 20_000, snapshotDir }: { timeoutMs?: number; snapshotDir?: string } = {},
+    {
+      timeoutMs = 20_000,
+      snapshotDir,
+      socketDir,
+    }: { timeoutMs?: number; snapshotDir?: string; socketDir?: string } = {},
   ): Promise<IndependentMasters> {
     const started = performance.now();
-    const args = (port: number) => (snapshotDir ? ['--dir', snapshotDir, '--dbfilename', `master-${port}.rdb`] : []);
+    const args = (port: number) => [
+      ...(snapshotDir ? ['--dir', snapshotDir, '--dbfilename', `master-${port}.rdb`] : []),
+      ...(socketDir ? ['--unixsocket', join(socketDir, `master-${port}.sock`), '--unixsocketperm', '700'] : []),
+    ];
     return Startup.run(`${n} independent masters`, timeoutMs, async (startup) => {
       const masters = new IndependentMasters(
         await Promise.all(Array.from({ length: n }, () => startup.server({ args }))),
+        socketDir,
       );
       masters.startMs = Math.round(performance.now() - started);
       return masters;
@@ -35,6 +50,12 @@ export class IndependentMasters {
 
   get urls(): string[] {
     return this.servers.map((server) => server.url);
+  }
+
+  /** The unix socket server `i` listens on (started with a `socketDir`). */
+  socketOf(i: number): string {
+    if (!this.socketDir) throw new Error('the masters were started without a socketDir');
+    return join(this.socketDir, `master-${this.at(i).port}.sock`);
   }
 
   /** Crash server `i` (SIGKILL). */

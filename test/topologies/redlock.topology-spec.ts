@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { InvalidArgumentError, LockBackendError, type Lock, type LockModuleOptions } from 'nest-lock';
+import { InvalidArgumentError, LockBackendError, LockError, type Lock, type LockModuleOptions } from 'nest-lock';
 import { type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -29,7 +29,11 @@ afterAll(() => {
 const COMMAND_TIMEOUT = 200;
 
 /** Boots a module on Redlock over `urls`, and waits until a lock can be taken (every node out of quarantine). */
-async function bootRedlock(urls: string[], redlock: Partial<NonNullable<LockModuleOptions['redlock']>>, ttl: number) {
+async function bootRedlock(
+  urls: NonNullable<LockModuleOptions['redlock']>['nodes'],
+  redlock: Partial<NonNullable<LockModuleOptions['redlock']>>,
+  ttl: number,
+) {
   const app = await bootLockModule({
     redlock: { nodes: urls, ...redlock },
     commandTimeout: COMMAND_TIMEOUT,
@@ -110,8 +114,11 @@ describe('Redlock over 3 independent masters', () => {
   let masters: IndependentMasters;
   let app: LockApp;
 
+  let socketDir: string;
+
   beforeAll(async () => {
-    masters = await IndependentMasters.start(3);
+    socketDir = await mkdtemp(join(tmpdir(), 'nest-lock-sockets-'));
+    masters = await IndependentMasters.start(3, { socketDir });
     app = await bootRedlock(masters.urls, { quarantine: TTL }, TTL);
     // Fresh masters are young too: the first lock waits out the quarantine from the module's start.
     timings.firstLockAfterStart3 = await untilLockable(app);
@@ -119,6 +126,28 @@ describe('Redlock over 3 independent masters', () => {
   afterAll(async () => {
     await app?.module.close();
     await masters?.stop();
+    await rm(socketDir, { recursive: true, force: true });
+  });
+
+  it('counts one server once however it is listed: its unix socket beside its TCP port is no second master', async () => {
+    // Nodes 0 and 1 are one server: with the real second master frozen, no quorum of servers is left.
+    const aliased = await bootRedlock([masters.urls[0], { path: masters.socketOf(0) }, masters.urls[1]], {}, TTL);
+    try {
+      await untilLockable(aliased);
+      masters.pause(1);
+      try {
+        const refused = await aliased.locks.lock('aliased', { timeout: 500 }).catch((error: unknown) => error);
+        expect(refused).toBeInstanceOf(LockError);
+        expect(['LOCK_TIMEOUT', 'BACKEND_UNAVAILABLE']).toContain((refused as LockError).code);
+        expect(await aliased.locks.isLocked('aliased').catch(() => false)).toBe(false);
+      } finally {
+        masters.resume(1);
+      }
+      const lock = await aliased.locks.lock('aliased', { timeout: 2_000 });
+      expect(await lock.unlock()).toBe(true);
+    } finally {
+      await aliased.module.close();
+    }
   });
 
   it('locks, unlocks and expires, with fences that go up and a validity within ttl − drift', async () => {

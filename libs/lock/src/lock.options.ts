@@ -530,14 +530,14 @@ function resolveRedlock(redlock: unknown, defaultTtl: number): ResolvedRedlockOp
     }
     validateRedisOption(node, argument);
     const server = serverOf(node);
-    const earlier = servers.get(server);
-    if (earlier !== undefined) {
+    const earlier = server === undefined ? undefined : servers.get(server);
+    if (server !== undefined && earlier !== undefined) {
       throw new InvalidArgumentError(
         argument,
         `is the server of redlock.nodes[${earlier}] (${server}) again: a master listed twice would count twice towards the quorum`,
       );
     }
-    servers.set(server, i);
+    if (server !== undefined) servers.set(server, i);
   });
   const n = nodes.length;
   const resolvedQuorum = quorum ?? Math.floor(n / 2) + 1;
@@ -565,15 +565,14 @@ function resolveRedlock(redlock: unknown, defaultTtl: number): ResolvedRedlockOp
   return { nodes: [...nodes], quorum: resolvedQuorum, driftFactor, quarantine };
 }
 
-/** Names under which one machine may be listed: all are this host's loopback. */
-const LOOPBACK_NAMES = new Set(['localhost', '127.0.0.1', '::1', '0.0.0.0', '::']);
-
 /**
  * The Redis server a Redlock node names, as `host:port` or `unix:<path>`, whatever the form (URL,
- * options, client) and database: two nodes on one server are one master. Loopback names count as one
- * host; other host names are compared as written (resolving them would need the network).
+ * options, client) and database: two nodes on one server are one master. Loopback addresses
+ * (127.0.0.0/8, ::1, localhost, IPv4-mapped) count as one host; other host names are compared as
+ * written (resolving them would need the network: the quorum counts servers by their run_id
+ * anyway). `undefined` for a node behind Sentinel: which server it is, only the sentinels know.
  */
-function serverOf(node: unknown): string {
+function serverOf(node: unknown): string | undefined {
   let host: string | undefined;
   let port: string | number | undefined;
   let path: string | undefined;
@@ -583,11 +582,14 @@ function serverOf(node: unknown): string {
     port = url.port;
   } else {
     const options = (isRedisClient(node) ? (node as Redis).options : node) as Partial<RedisOptions>;
+    if (options.sentinels !== undefined && options.sentinels !== null) return undefined;
     ({ host, port, path } = options);
   }
   if (path) return `unix:${path}`;
-  const name = (host || 'localhost').toLowerCase();
-  return `${LOOPBACK_NAMES.has(name) ? 'localhost' : name}:${Number(port || 6379)}`;
+  const name = (host || 'localhost').toLowerCase().replace(/^::ffff:(?=\d+\.\d+\.\d+\.\d+$)/, '');
+  const loopback =
+    name === 'localhost' || /^127\./.test(name) || /^(0+:){7}0*1$|^::1$|^::ffff:7f[\da-f]{2}:[\da-f]{1,4}$/.test(name);
+  return `${loopback ? 'localhost' : name}:${Number(port || 6379)}`;
 }
 
 /** Duck-typed so that a client from another copy of ioredis is still recognised. */

@@ -16,10 +16,12 @@ function script(name: string, numberOfKeys: number, source: string): RedisScript
  * quorum, since the leases it forgot may still be valid elsewhere.
  */
 const birth = `
+-- This run of the server: new at every start (and what tells two nodes apart that are one server).
+local runId = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+
 -- When nest-lock first saw this run of the server (ms); marks it born at nowMs when the marker is
 -- missing or names another run (a restart, whatever data it reloaded).
 local function bornAt(marker, nowMs)
-  local runId = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
   local born = tonumber(string.match(redis.call('GET', marker) or '', '^' .. runId .. ':(%d+)$'))
   if born then return born end
   redis.call('SET', marker, runId .. ':' .. string.format('%.0f', nowMs))
@@ -56,8 +58,9 @@ end
  * says it is young: the caller does not count it.
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] birth marker.
  * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] quarantine ms.
- * Returns {1, fence (decimal string), 0, mature} when the token holds the lock on this node now;
- * {0, '0', PTTL of the holder's lease, mature} when another token holds it.
+ * Returns {1, fence (decimal string), 0, mature, run_id} when the token holds the lock on this node
+ * now; {0, '0', PTTL of the holder's lease, mature, run_id} when another token holds it. The run_id
+ * lets the caller count one server once, however many of its nodes name it.
  */
 export const redlockAcquireScript = script(
   'acquireLock',
@@ -67,11 +70,11 @@ local token, ttl = ARGV[1], ARGV[2]
 local isMature = mature(ARGV[3])
 local holder = redis.call('GET', lease)
 if holder and holder ~= token then
-  return {0, '0', redis.call('PTTL', lease), isMature}
+  return {0, '0', redis.call('PTTL', lease), isMature, runId}
 end
 local fence = nextFence()
 redis.call('SET', lease, token, 'PX', ttl)
-return {1, string.format('%.0f', fence), 0, isMature}
+return {1, string.format('%.0f', fence), 0, isMature, runId}
 `,
 );
 
@@ -115,7 +118,7 @@ return 0
  * a young node's renewal does not count.
  * KEYS[1] lock, KEYS[2] fence counter (unused), KEYS[3] birth marker.
  * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] quarantine ms.
- * Returns {1 renewed | 0 free | -1 held by another token, mature}.
+ * Returns {1 renewed | 0 free | -1 held by another token, mature, run_id}.
  */
 export const redlockExtendScript = script(
   'extendLock',
@@ -125,10 +128,10 @@ local isMature = mature(ARGV[3])
 local holder = redis.call('GET', lease)
 if holder == ARGV[1] then
   redis.call('PEXPIRE', lease, ARGV[2])
-  return {1, isMature}
+  return {1, isMature, runId}
 end
-if holder then return {-1, isMature} end
-return {0, isMature}
+if holder then return {-1, isMature, runId} end
+return {0, isMature, runId}
 `,
 );
 

@@ -52,7 +52,8 @@ const NO_SEMAPHORES =
  * Redlock (antirez) over N independent Redis masters, with nest-lock's additions:
  *
  * - An attempt runs on every node in parallel, each bounded by `nodeTimeout(ttl)`; it is granted with
- *   at least `quorum` mature nodes taking the lock AND a positive validity `ttl − elapsed − drift`.
+ *   at least `quorum` mature servers taking the lock (counted by run_id: one server reached under two
+ *   names counts once) AND a positive validity `ttl − elapsed − drift`.
  *   Otherwise it is released on every node (a lost reply may have taken the key).
  * - Fences: each node draws one from its own counter (the single store's rule); the lease's fence is
  *   the largest among the nodes that took the lock, written back (raised, never lowered) on a quorum
@@ -116,23 +117,24 @@ export class RedlockStore implements LockStore {
     const results = await this.onAll(key, 'acquireLock', timeout, (client, timedOut) =>
       this.evalScript(client, redlockAcquireScript, keys, [token, toMillis(ttl), this.options.quarantine], timedOut),
     );
-    let granted = 0;
+    // Servers (by run_id), not nodes: one server listed under two names must not count twice.
+    const grantedBy = new Set<string>();
     let fence = 0n;
     let retryIn = Infinity;
     let answered = 0;
     for (const result of results) {
       if (!result.ok) continue;
       answered++;
-      const [took, nodeFence, pttl, mature] = result.value as [number, string, number, number];
+      const [took, nodeFence, pttl, mature, runId] = result.value as [number, string, number, number, string];
       if (Number(took) === 1) {
         if (BigInt(nodeFence) > fence) fence = BigInt(nodeFence);
-        if (Number(mature) === 1) granted++;
+        if (Number(mature) === 1) grantedBy.add(runId);
       } else if (Number(pttl) > 0) {
         retryIn = Math.min(retryIn, Number(pttl));
       }
     }
     const { quorum } = this.options;
-    if (granted >= quorum && this.validity(start, ttl) > 0) {
+    if (grantedBy.size >= quorum && this.validity(start, ttl) > 0) {
       // The max rule: the lease's fence is raised on a quorum before anybody is told of it.
       const raised = await this.onAll(key, 'acquireLock', timeout, (client, timedOut) =>
         this.evalScript(client, redlockRaiseFenceScript, [keys[1]], [fence.toString()], timedOut),
@@ -172,16 +174,17 @@ export class RedlockStore implements LockStore {
     const results = await this.onAll(key, 'extendLock', timeout, (client, timedOut) =>
       this.evalScript(client, redlockExtendScript, keys, [token, toMillis(ttl), this.options.quarantine], timedOut),
     );
-    let renewed = 0;
+    const renewedBy = new Set<string>();
     let failed = 0;
     const free: number[] = [];
     results.forEach((result, i) => {
       if (!result.ok) return void failed++;
-      const [state, mature] = (result.value as [number, number]).map(Number);
-      if (state === 1 && mature === 1) renewed++;
-      if (state === 0) free.push(i);
+      const [state, mature, runId] = result.value as [number, number, string];
+      if (Number(state) === 1 && Number(mature) === 1) renewedBy.add(runId);
+      if (Number(state) === 0) free.push(i);
     });
     const { quorum } = this.options;
+    const renewed = renewedBy.size;
     if (renewed < quorum) {
       if (renewed + failed >= quorum) throw this.noQuorum(key, 'extendLock', results);
       return false;
