@@ -161,6 +161,12 @@ describe('redlock options', () => {
       'redlock.quarantine',
       /≥ defaults.ttl \(5000 ms\)/,
     ],
+    [
+      "a defaults.ttl within driftFactor's margin",
+      () => ({ redlock: { nodes: three(), driftFactor: 0.99 }, defaults: { ttl: 100 } }),
+      'defaults.ttl',
+      /clock-drift margin \(101 ms\)/,
+    ],
     ['a negative quarantine', () => ({ redlock: { nodes: three(), quarantine: -1 } }), 'redlock.quarantine', /≥ 0/],
     [
       'an unknown redlock option',

@@ -153,6 +153,15 @@ export interface ResolvedRedlockOptions {
 /** Redlock's default drift factor (antirez's reference: 0.01). */
 export const DEFAULT_DRIFT_FACTOR = 0.01;
 
+/**
+ * Redis and a holder's clock tick at slightly different rates: the holder counts a lease of `ttl`
+ * as valid for `ttl` minus this margin (redlock's drift rule, the 2 ms: Redis's own expiry
+ * precision), so it never believes in a lease that the server already let go.
+ */
+export function driftMargin(ttl: number, driftFactor = DEFAULT_DRIFT_FACTOR): number {
+  return ttl * driftFactor + 2;
+}
+
 /** The default JSON body of an answer `LockInterceptor` gives for a decorator's error. */
 export interface LockErrorBody {
   statusCode: number;
@@ -264,10 +273,18 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
   }
   validateLogger(logger);
   const lease = resolveLease(DEFAULT_LEASE, defaults, 'defaults.');
+  const resolvedRedlock = redlock === undefined ? undefined : resolveRedlock(redlock, lease.ttl);
+  const margin = driftMargin(lease.ttl, resolvedRedlock?.driftFactor);
+  if (lease.ttl <= margin) {
+    throw new InvalidArgumentError(
+      'defaults.ttl',
+      `must be longer than its clock-drift margin (${+margin.toFixed(2)} ms), the part of a lease a holder never counts on; got ${lease.ttl}`,
+    );
+  }
   return {
     redis,
     ...(store === undefined ? {} : { store }),
-    ...(redlock === undefined ? {} : { redlock: resolveRedlock(redlock, lease.ttl) }),
+    ...(resolvedRedlock === undefined ? {} : { redlock: resolvedRedlock }),
     keyPrefix,
     defaults: Object.freeze({
       ...lease,

@@ -1,5 +1,5 @@
 import { errorMessage, InvalidArgumentError, LockBackendError, LockLostError } from '../lock.errors.js';
-import { duration } from '../lock.options.js';
+import { driftMargin, duration } from '../lock.options.js';
 import type { LeaseKind, LockStore, Successor } from '../store/store.js';
 import { lineOf, localLines } from './local-line.js';
 import type { Watchdog } from './watchdog.js';
@@ -38,18 +38,9 @@ export function keepPolicy(scoped: boolean, autoExtend: boolean | undefined, sco
   return { autoExtend: autoExtend ?? scopedDefault, reportLoss: true };
 }
 
-/**
- * Redis and a holder's clock tick at slightly different rates: the holder counts its lease as
- * valid for `ttl` minus this margin (redlock's drift rule), so it never believes in a lease that
- * the server already let go.
- */
-export function clockDrift(ttl: number): number {
-  return ttl * 0.01 + 2;
-}
-
-/** The drift margin of a lease of `store`: its own rule when it has one (Redlock's `driftFactor`), else `clockDrift`. */
+/** The drift margin of a lease of `store`: its own rule when it has one (Redlock's `driftFactor`), else `driftMargin`'s. */
 export function driftOf(store: LockStore, ttl: number): number {
-  return store.clockDrift?.(ttl) ?? clockDrift(ttl);
+  return store.clockDrift?.(ttl) ?? driftMargin(ttl);
 }
 
 /**

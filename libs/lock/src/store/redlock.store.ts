@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import { createHash } from 'node:crypto';
 import { InvalidArgumentError, LockBackendError } from '../lock.errors.js';
+import { driftMargin } from '../lock.options.js';
 import { sleep } from '../lease/wait-for-lease.js';
 import { backendErrorOf, purposeOf } from './backend-messages.js';
 import type { RedisScript } from './redis.scripts.js';
@@ -95,9 +96,9 @@ export class RedlockStore implements LockStore {
     return this.clients.length;
   }
 
-  /** Redlock's drift: `ttl × driftFactor + 2 ms` (the 2 ms: Redis's own expiry precision). */
+  /** Redlock's drift: `ttl × driftFactor + 2 ms`. */
   clockDrift(ttl: number): number {
-    return ttl * this.options.driftFactor + 2;
+    return driftMargin(ttl, this.options.driftFactor);
   }
 
   /**
