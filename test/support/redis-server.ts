@@ -138,7 +138,12 @@ export class RedisServer {
     const child = this.process;
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = once(child, 'exit');
-    process.kill(child.pid!, signal);
+    try {
+      process.kill(child.pid!, signal);
+    } catch (error) {
+      // Already reaped, its 'exit' event still on its way (e.g. a second kill racing the first).
+      if ((error as NodeJS.ErrnoException).code !== 'ESRCH') throw error;
+    }
     await exited;
     this.process = undefined;
     this.paused = false;

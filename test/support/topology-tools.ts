@@ -129,6 +129,8 @@ export class Startup {
   /** What it is doing, for the error of a start that runs out of time. */
   step = 'starting';
   private readonly servers: RedisServer[] = [];
+  /** Launches still on their way: a failed start waits for them (each kills itself) before cleaning up. */
+  private readonly launching = new Set<Promise<unknown>>();
   private failure?: Error;
 
   constructor(
@@ -151,6 +153,16 @@ export class Startup {
   async server(options: Parameters<typeof RedisServer.start>[0]): Promise<RedisServer> {
     this.check();
     this.step = 'starting redis-server processes';
+    const launch = this.launch(options);
+    this.launching.add(launch);
+    try {
+      return await launch;
+    } finally {
+      this.launching.delete(launch);
+    }
+  }
+
+  private async launch(options: Parameters<typeof RedisServer.start>[0]): Promise<RedisServer> {
     const server = await RedisServer.start(options);
     this.servers.push(server);
     if (this.failure) {
@@ -182,6 +194,8 @@ export class Startup {
     } catch (error) {
       startup.failure = error instanceof Error ? error : new Error(String(error));
       await building.catch(() => undefined);
+      // `build` may have stopped at its first failed step while other servers were still launching.
+      await Promise.allSettled([...startup.launching]);
       const logs = startup.servers
         .map((server) => `--- port ${server.port}:\n${server.output.trim().split('\n').slice(-8).join('\n')}`)
         .join('\n');
