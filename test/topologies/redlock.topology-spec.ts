@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { InvalidArgumentError, LockBackendError, LockError, type Lock, type LockModuleOptions } from 'nest-lock';
+import {
+  InvalidArgumentError,
+  LockBackendError,
+  LockError,
+  LockTimeoutError,
+  type Lock,
+  type LockModuleOptions,
+} from 'nest-lock';
 import { type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { mkdtemp, rm } from 'node:fs/promises';
@@ -147,6 +154,22 @@ describe('Redlock over 3 independent masters', () => {
       expect(await lock.unlock()).toBe(true);
     } finally {
       await aliased.module.close();
+    }
+  });
+
+  it('says why a lock is refused while the masters are in quarantine, not "held by another owner"', async () => {
+    const fresh = await IndependentMasters.start(3);
+    const young = await bootRedlock(fresh.urls, { quarantine: TTL }, TTL);
+    try {
+      const error = await young.locks.lock('young', { timeout: 300 }).catch((failure: unknown) => failure);
+      expect(error).toBeInstanceOf(LockTimeoutError);
+      expect((error as Error).message).toMatch(
+        /only 0 of the 3 Redlock masters may grant it \(quorum 2\); 3 restarted or were seen for the first time less than redlock.quarantine \(2000 ms\) ago/,
+      );
+      expect(await young.locks.inspect('young')).toMatchObject({ held: false });
+    } finally {
+      await young.module.close();
+      await fresh.stop();
     }
   });
 

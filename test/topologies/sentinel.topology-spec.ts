@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { Lock } from 'nest-lock';
+import { type Lock, LockTimeoutError, SemaphoreTimeoutError } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
@@ -59,6 +59,31 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
       figures.pairsPerSecondWaitForReplicas = Math.round(acknowledged);
     } finally {
       await closeLockApp(waiting);
+    }
+  });
+
+  it('with waitForReplicas asking more replicas than there are, grants nothing and says why', async () => {
+    const demanding = await bootLockModule({
+      redis: { sentinels: topology.sentinels, name: topology.name },
+      commandTimeout: 500,
+      waitForReplicas: { replicas: 2, timeout: 50 },
+    });
+    try {
+      const key = uniqueKey('two-replicas');
+      const error = await demanding.locks.lock(key, { timeout: 300 }).catch((failure: unknown) => failure);
+      expect(error).toBeInstanceOf(LockTimeoutError);
+      expect((error as Error).message).toMatch(
+        /fewer than 2 replica\(s\) acknowledged it within 50 ms \(waitForReplicas\)/,
+      );
+      // Every lease it wrote was given back.
+      expect(await app.locks.isLocked(key)).toBe(false);
+      const permitError = await demanding.semaphores
+        .acquire(key, 2, { timeout: 0 })
+        .catch((failure: unknown) => failure);
+      expect(permitError).toBeInstanceOf(SemaphoreTimeoutError);
+      expect(await app.semaphores.count(key)).toBe(0);
+    } finally {
+      await closeLockApp(demanding);
     }
   });
 

@@ -29,8 +29,10 @@ export class LockTimeoutError extends LockError {
     waited: number,
     /** The timeout the caller waited with; `0`: a single attempt. */
     readonly timeout: number = Math.round(waited),
+    /** Why the store refused, when another owner was not the reason (Redlock's quarantine, unacknowledged replicas). */
+    refusal?: string,
   ) {
-    super(`Could not lock "${key}" ${withinTimeout(timeout)}: it is held by another owner`);
+    super(`Could not lock "${key}" ${withinTimeout(timeout)}: ${refusal ?? 'it is held by another owner'}`);
     this.waited = Math.round(waited);
   }
 }
@@ -48,8 +50,12 @@ export class SemaphoreTimeoutError extends LockError {
     waited: number,
     /** The timeout the caller waited with; `0`: a single attempt. */
     readonly timeout: number = Math.round(waited),
+    /** Why the store refused, when held permits were not the reason (unacknowledged replicas). */
+    refusal?: string,
   ) {
-    super(`No permit of semaphore "${semaphore}" (limit ${limit}) ${withinTimeout(timeout)}: all are held`);
+    super(
+      `No permit of semaphore "${semaphore}" (limit ${limit}) ${withinTimeout(timeout)}: ${refusal ?? 'all are held'}`,
+    );
     this.waited = Math.round(waited);
   }
 }

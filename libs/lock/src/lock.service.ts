@@ -1,5 +1,5 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { acquireLease } from './lease/acquire-lease.js';
+import { acquireLease, type NotGranted } from './lease/acquire-lease.js';
 import { HeldLease, type KeepPolicy, keepPolicy, type LeaseGrant, validateLeaseTtl } from './lease/held-lease.js';
 import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
 import { Watchdog } from './lease/watchdog.js';
@@ -163,10 +163,10 @@ export class LockService implements OnModuleDestroy {
   private async acquireOrThrow(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock> {
     const lock = await this.acquire(key, options, keep);
     if (lock instanceof HeldLock) return lock;
-    throw new LockTimeoutError(key, lock.waited, options.timeout ?? this.options.defaults.timeout);
+    throw new LockTimeoutError(key, lock.waited, options.timeout ?? this.options.defaults.timeout, lock.refusal);
   }
 
-  private async acquire(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock | { waited: number }> {
+  private async acquire(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock | NotGranted> {
     validateKey('key', key);
     // A release of an earlier lease under the caller's own token must not be retried into this one.
     if (options.token !== undefined) this.watchdog.forgetRelease({ kind: 'lock', id: key, token: options.token });

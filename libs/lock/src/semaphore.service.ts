@@ -1,5 +1,5 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { acquireLease } from './lease/acquire-lease.js';
+import { acquireLease, type NotGranted } from './lease/acquire-lease.js';
 import { HeldLease, type KeepPolicy, keepPolicy, type LeaseGrant } from './lease/held-lease.js';
 import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
 import { Watchdog } from './lease/watchdog.js';
@@ -203,7 +203,13 @@ export class SemaphoreService implements OnModuleDestroy {
   ): Promise<HeldPermit> {
     const permit = await this.take(name, limit, options, keep);
     if (permit instanceof HeldPermit) return permit;
-    throw new SemaphoreTimeoutError(name, limit, permit.waited, options.timeout ?? this.options.defaults.timeout);
+    throw new SemaphoreTimeoutError(
+      name,
+      limit,
+      permit.waited,
+      options.timeout ?? this.options.defaults.timeout,
+      permit.refusal,
+    );
   }
 
   private async take(
@@ -211,7 +217,7 @@ export class SemaphoreService implements OnModuleDestroy {
     limit: number,
     options: SemaphoreOptions,
     keep: KeepPolicy,
-  ): Promise<HeldPermit | { waited: number }> {
+  ): Promise<HeldPermit | NotGranted> {
     validateKey('name', name);
     validateLimit(limit);
     const grant = await this.telemetry.observeAcquire('semaphore', name, () =>

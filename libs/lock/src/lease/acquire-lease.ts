@@ -17,6 +17,12 @@ export interface LeaseRequest {
   release(token: string): Promise<boolean>;
 }
 
+/** No lease within the timeout: how long it waited, and why the store refused when no holder was the reason. */
+export interface NotGranted {
+  waited: number;
+  refusal?: string;
+}
+
 /**
  * Validates a request's options and takes the lease: fair requests first wait for their turn
  * among this process's waiters, then every request runs the shared wait loop. Resolves with the
@@ -27,7 +33,7 @@ export async function acquireLease(
   defaults: Readonly<LeaseDefaults & { fair: boolean }>,
   commandTimeout: number,
   request: LeaseRequest,
-): Promise<LeaseGrant | { waited: number }> {
+): Promise<LeaseGrant | NotGranted> {
   const { kind, id, options } = request;
   validateCallOptions(kind, options);
   const policy = resolveLease(defaults, options);
@@ -57,6 +63,7 @@ export async function acquireLease(
     // one at or below it was undone before that attempt ran (it would have found the lease its own).
     let toldToWaitAt = -Infinity;
     let fenceAtWait = Infinity;
+    let refusal: string | undefined;
     // A grant whose answer came back after its lease ran out may already be someone else's lock:
     // it is given back, and the wait goes on (as Redlock does with a validity ≤ 0).
     const ranOutOnArrival = async (sentAt: number, leaseMs: number): Promise<boolean> => {
@@ -102,6 +109,7 @@ export async function acquireLease(
           if (answer.fence === 0) {
             toldToWaitAt = sentAt;
             fenceAtWait = answer.lastFence ?? 0;
+            refusal = answer.refusal;
           }
           return answer.fence > 0 && (await ranOutOnArrival(sentAt, policy.ttl)) ? { fence: 0, retryIn: 0 } : answer;
         },
@@ -124,7 +132,7 @@ export async function acquireLease(
       { ...policy, timeout: Math.max(0, start + policy.timeout - performance.now()) },
       options.signal,
     );
-    if (won === null) return { waited: performance.now() - start };
+    if (won === null) return { waited: performance.now() - start, ...(refusal ? { refusal } : {}) };
     if (leaveLocalLine) lines.won(line, token);
     return {
       token,

@@ -237,7 +237,8 @@ export class RedisStore implements LockStore {
       // while it was away (it has no replicas left) grants what the new primary may have given
       // someone else. Given back: the caller's wait goes on.
       await this.release(kind === 'lock' ? releaseLockScript : releasePermitScript, kind, id, String(args[0]));
-      return { fence: 0, retryIn: 0, lastFence: Number(fence) };
+      const refusal = `fewer than ${waitForReplicas.replicas} replica(s) acknowledged it within ${waitForReplicas.timeout} ms (waitForReplicas)`;
+      return { fence: 0, retryIn: 0, lastFence: Number(fence), refusal };
     }
     return { fence: Number(fence), retryIn: Number(retryIn), lastFence: Number(lastFence ?? 0) };
   }

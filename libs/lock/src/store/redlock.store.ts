@@ -120,6 +120,7 @@ export class RedlockStore implements LockStore {
     );
     // Servers (by run_id), not nodes: one server listed under two names must not count twice.
     const grantedBy = new Set<string>();
+    let young = 0;
     let fence = 0n;
     let retryIn = Infinity;
     let answered = 0;
@@ -130,6 +131,7 @@ export class RedlockStore implements LockStore {
       if (Number(took) === 1) {
         if (BigInt(nodeFence) > fence) fence = BigInt(nodeFence);
         if (Number(mature) === 1) grantedBy.add(runId);
+        else young++;
       } else if (Number(pttl) > 0) {
         retryIn = Math.min(retryIn, Number(pttl));
       }
@@ -147,7 +149,27 @@ export class RedlockStore implements LockStore {
     // Not granted: whatever was taken goes back, on every node (a lost reply may have taken it).
     await this.releaseOnAll(key, token, timeout);
     if (answered < quorum) throw this.noQuorum(key, 'acquireLock', results);
-    return { fence: 0, retryIn: Number.isFinite(retryIn) ? retryIn : 0 };
+    return {
+      fence: 0,
+      retryIn: Number.isFinite(retryIn) ? retryIn : 0,
+      ...this.refusalOf(grantedBy.size, young, start, ttl),
+    };
+  }
+
+  /** Why an attempt no other owner blocked was refused: masters in quarantine, or a quorum that answered too late. */
+  private refusalOf(granted: number, young: number, start: number, ttl: number): { refusal?: string } {
+    const { quorum, quarantine } = this.options;
+    if (granted < quorum && granted + young >= quorum) {
+      return {
+        refusal: `only ${granted} of the ${this.clients.length} Redlock masters may grant it (quorum ${quorum}); ${young} restarted or were seen for the first time less than redlock.quarantine (${quarantine} ms) ago`,
+      };
+    }
+    if (granted >= quorum) {
+      return {
+        refusal: `a quorum of Redlock masters granted it, but not within its validity (ttl ${ttl} ms − ${Math.round(performance.now() - start)} ms elapsed − drift ≤ 0) or without a quorum for its fence`,
+      };
+    }
+    return {};
   }
 
   async releaseLock(key: string, token: string, successor?: Successor): Promise<boolean> {

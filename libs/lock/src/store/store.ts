@@ -161,6 +161,11 @@ export interface Attempt {
    * handover message whose fence is above it came after this attempt; one at or below it is stale.
    */
   lastFence?: number;
+  /**
+   * Not granted for another reason than a holder: why, for the timeout's message (e.g. Redlock
+   * masters still in quarantine, replicas that did not acknowledge the lease).
+   */
+  refusal?: string;
 }
 
 /** One lease to renew: which lock or semaphore, whose, for how long. */
