@@ -6,6 +6,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { now, offsetTo } from './clock.mjs';
 import { measureSections } from './stats.mjs';
+import { ACQUIRE_TIMEOUT } from './variants.mjs';
 
 const workerScript = join(dirname(fileURLToPath(import.meta.url)), '..', 'worker.mjs');
 
@@ -77,7 +78,11 @@ export async function runSections({ target, library, workload, variant, rep }) {
     const results = messages.map((inbox) => inbox.next('result'));
     for (const child of children) child.send({ type: 'go', warmStart, t0, tEnd });
 
-    const reports = await withTimeout(Promise.all(results), tEnd - now() + 90_000, `${key}: workers did not finish`);
+    const reports = await withTimeout(
+      Promise.all(results),
+      tEnd - now() + 2 * ACQUIRE_TIMEOUT + 30_000,
+      `${key}: workers did not finish`,
+    );
     const [before, last] = await Promise.all(snapshots);
     const counter = workload.id === 'W3' ? await target.counter(`${key}:counter`) : undefined;
     await Promise.all(children.map((child) => exited(child, 15_000)));

@@ -209,22 +209,11 @@ async function openRedlock(variant, spec) {
     spec.kind === 'redlock'
       ? await Promise.all(spec.nodes.map((url) => connect({ kind: 'single', url })))
       : [await connect(spec)];
-  const { retryDelay = 200, retryJitter = 100 } = variant.options;
-  const redlock = new Redlock(clients, { ...variant.options, retryCount: 0 });
+  const settings = { retryDelay: 200, ...variant.options };
+  // Its retries are counted, not timed: enough of them to wait ACQUIRE_TIMEOUT like the others.
+  const redlock = new Redlock(clients, { ...settings, retryCount: Math.ceil(ACQUIRE_TIMEOUT / settings.retryDelay) });
   redlock.on('error', () => undefined);
-  // Its own retries are counted, not timed (and on several masters an attempt takes longer): the
-  // same retries here (retryDelay ± retryJitter), until ACQUIRE_TIMEOUT like every other library.
-  const acquire = async (key) => {
-    const deadline = now() + ACQUIRE_TIMEOUT;
-    for (;;) {
-      try {
-        return await redlock.acquire([key], LEASE);
-      } catch (error) {
-        if (now() > deadline) throw error;
-        await delay(retryDelay + Math.floor((Math.random() * 2 - 1) * retryJitter));
-      }
-    }
-  };
+  const acquire = (key) => redlock.acquire([key], LEASE);
   return {
     async pair(key) {
       const lock = await acquire(key);
