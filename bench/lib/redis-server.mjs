@@ -7,10 +7,16 @@ import { setTimeout as delay } from 'node:timers/promises';
 
 const BINARY = process.env.REDIS_SERVER || 'redis-server';
 const started = new Set();
-// A crashed bench must not leave its server behind.
+// A crashed or interrupted bench must not leave its server behind ('exit' does not run on a signal).
 process.once('exit', () => {
   for (const child of started) child.kill('SIGKILL');
 });
+for (const signal of ['SIGINT', 'SIGTERM']) {
+  process.once(signal, () => {
+    for (const child of started) child.kill('SIGKILL');
+    process.exit(128 + (signal === 'SIGINT' ? 2 : 15));
+  });
+}
 
 /**
  * Starts `redis-server` on a free port; resolves once it answers PING. With `cpus` (e.g. `'0'`)
