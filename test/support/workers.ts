@@ -19,6 +19,34 @@ function scriptOf(name: string): string {
   return fileURLToPath(new URL(`./workers/${name}.mjs`, import.meta.url));
 }
 
+/** One run of hold-history workers: `processes` processes of `workers` loops each on `keys`, for `durationMs`. */
+export interface HoldHistoryRun {
+  /** A redis:// URL, `cluster:<host:port>,…` or `sentinel:<name>,<host:port>,…` (see workers/worker-app.mjs). */
+  target: string;
+  keys: string[];
+  processes: number;
+  workers: number;
+  durationMs: number;
+  /** Each call's timeout. */
+  timeoutMs: number;
+  /** Locks, or permits of a semaphore of that limit. Default: locks. */
+  semaphoreLimit?: number;
+}
+
+/** Runs workers/hold-history.mjs as `run` says; resolves with each process's report. */
+export function runHoldHistory(run: HoldHistoryRun): Promise<HoldHistoryReport[]> {
+  const mode = run.semaphoreLimit === undefined ? 'lock' : `semaphore:${run.semaphoreLimit}`;
+  return runWorkers<HoldHistoryReport>('hold-history', run.processes, [
+    run.target,
+    run.keys.join(','),
+    run.processes,
+    run.workers,
+    run.durationMs,
+    run.timeoutMs,
+    mode,
+  ]);
+}
+
 /**
  * Runs `test/support/workers/<name>.mjs` in `count` child processes at once; resolves with each one's
  * JSON output. When one fails, the others get 2 s to end (their own reports of a hang say more

@@ -6,7 +6,7 @@ import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
 import { RedisClusterTopology } from '../support/topologies.js';
 import { command } from '../support/topology-tools.js';
-import { type HoldHistoryReport, runWorkers } from '../support/workers.js';
+import { type HoldHistoryReport, runHoldHistory } from '../support/workers.js';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
@@ -105,15 +105,14 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
 
   it('keeps mutual exclusion across processes with keys on all slots (counters exact)', async () => {
     const keys = spreadKeys(uniqueKey('exclusion'), 12);
-    const reports = await runWorkers<HoldHistoryReport>('hold-history', 3, [
+    const reports = await runHoldHistory({
       target,
-      keys.join(','),
-      3,
-      4,
-      3_000,
-      10_000,
-      'lock',
-    ]);
+      keys,
+      processes: 3,
+      workers: 4,
+      durationMs: 3_000,
+      timeoutMs: 10_000,
+    });
     const holds = reports.flatMap((report) => report.holds);
     const history = checkHistory(holds);
 
@@ -135,15 +134,15 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
 
   it('never lets more than the limit hold permits across processes, semaphores on all slots', async () => {
     const names = spreadKeys(uniqueKey('permits'), 10);
-    const reports = await runWorkers<HoldHistoryReport>('hold-history', 3, [
+    const reports = await runHoldHistory({
       target,
-      names.join(','),
-      3,
-      6,
-      3_000,
-      10_000,
-      'semaphore:2',
-    ]);
+      keys: names,
+      processes: 3,
+      workers: 6,
+      durationMs: 3_000,
+      timeoutMs: 10_000,
+      semaphoreLimit: 2,
+    });
     const holds = reports.flatMap((report) => report.holds);
 
     expect(checkHistory(holds).permitLimit).toEqual([]);
@@ -203,15 +202,14 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
   it('answers every caller within its timeout when a primary is killed, and leases resume once its replica took over', async () => {
     const keys = spreadKeys(uniqueKey('killed'), 12);
     const timeout = 8_000;
-    const run = runWorkers<HoldHistoryReport>('hold-history', 3, [
+    const run = runHoldHistory({
       target,
-      keys.join(','),
-      3,
-      4,
-      12_000,
-      timeout,
-      'lock',
-    ]);
+      keys,
+      processes: 3,
+      workers: 4,
+      durationMs: 12_000,
+      timeoutMs: timeout,
+    });
     await delay(2_500);
     const [primary] = await topology.primaries();
     const killedAt = Date.now();
@@ -235,15 +233,14 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
   it('keeps mutual exclusion and answers every caller within its timeout through a primary failover', async () => {
     const keys = spreadKeys(uniqueKey('failover'), 12);
     const timeout = 10_000;
-    const run = runWorkers<HoldHistoryReport>('hold-history', 3, [
+    const run = runHoldHistory({
       target,
-      keys.join(','),
-      3,
-      4,
-      8_000,
-      timeout,
-      'lock',
-    ]);
+      keys,
+      processes: 3,
+      workers: 4,
+      durationMs: 8_000,
+      timeoutMs: timeout,
+    });
     await delay(2_500);
     const [replica] = await topology.replicas();
     figures.manualFailoverMs = await topology.failover(replica);

@@ -5,7 +5,7 @@ import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
 import { SentinelTopology } from '../support/topologies.js';
 import { command } from '../support/topology-tools.js';
-import { type HoldHistoryReport, runWorkers } from '../support/workers.js';
+import { runHoldHistory } from '../support/workers.js';
 
 /** What the runs measured, printed once at the end (for docs/DEPLOYMENT.md). */
 const figures: Record<string, unknown> = {};
@@ -91,15 +91,14 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
     const keys = Array.from({ length: 6 }, (_, i) => `${uniqueKey('sentinel')}:${i}`);
     const timeout = 5_000;
     expect(await wokenByMessage()).toBeLessThan(1_000); // the app's subscriber stands on the first primary
-    const run = runWorkers<HoldHistoryReport>('hold-history', 2, [
+    const run = runHoldHistory({
       target,
-      keys.join(','),
-      2,
-      4,
-      12_000,
-      timeout,
-      'lock',
-    ]);
+      keys,
+      processes: 2,
+      workers: 4,
+      durationMs: 12_000,
+      timeoutMs: timeout,
+    });
     await delay(3_000);
     const killed = await topology.killPrimary();
     killedPort = killed.port;
