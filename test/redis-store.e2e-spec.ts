@@ -300,4 +300,39 @@ describe('LockModule connections', () => {
     expect(await client.ping()).toBe('PONG');
     client.disconnect();
   });
+
+  describe('concurrent calls', () => {
+    /** Reads the server made from its clients' sockets since it started (INFO stats). */
+    async function readsProcessed(): Promise<number> {
+      const stats = await inspector.info('stats');
+      return Number(/total_reads_processed:(\d+)/.exec(stats)![1]);
+    }
+
+    /** Socket reads the server made while `calls` ran; the inspector's own INFO is one of them. */
+    async function readsDuring(calls: () => Promise<unknown>): Promise<number> {
+      const before = await readsProcessed();
+      await calls();
+      return (await readsProcessed()) - before;
+    }
+
+    it('share one write: 16 attempts made in one tick reach Redis in one read, not 16', async () => {
+      const app = await bootLockModule({ redis: server.url });
+      try {
+        const keys = Array.from({ length: 16 }, () => uniqueKey('shared-write'));
+        // The script is in the server's cache from here on: no NOSCRIPT round trip below.
+        await app.locks.tryLock(uniqueKey('warm-up'));
+
+        const concurrent = await readsDuring(() => Promise.all(keys.map((key) => app.locks.tryLock(key))));
+        // Control: the same attempts one after another are one read each, so the count can show them.
+        const serial = await readsDuring(async () => {
+          for (const key of keys) await app.locks.tryLock(key);
+        });
+
+        expect(serial).toBeGreaterThanOrEqual(16);
+        expect(concurrent).toBeLessThanOrEqual(3);
+      } finally {
+        await app.module.close();
+      }
+    });
+  });
 });

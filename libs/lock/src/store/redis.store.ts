@@ -51,6 +51,8 @@ export interface RedisStoreOptions {
  */
 export class RedisStore implements LockStore {
   private closed = false;
+  /** The client's socket is corked until the end of this tick (see `shareWrite`). */
+  private corked = false;
   private readonly wakeUps: WakeUps;
   private readonly deadlines: CommandDeadlines;
   /**
@@ -291,6 +293,7 @@ export class RedisStore implements LockStore {
   /** Runs one store operation: a closed store, a timeout and every client error become `LockBackendError`. */
   private async run<T>(key: string, operation: string, command: (timedOut: () => boolean) => Promise<T>): Promise<T> {
     if (this.closed) throw new LockBackendError('The Redis lock store is closed', key, { retryable: false });
+    this.shareWrite();
     const deadline = performance.now() + this.options.commandTimeout;
     try {
       return await this.withTimeout(
@@ -301,6 +304,23 @@ export class RedisStore implements LockStore {
     } catch (error) {
       throw this.backendError(error, operation, key);
     }
+  }
+
+  /**
+   * Commands sent in the same tick leave in one write: the socket is corked until the next tick.
+   * Concurrent callers then share a syscall here and a read on the server; a lone command waits
+   * for nothing but the end of the current tick. (A cluster client has a socket per node: not corked.)
+   */
+  private shareWrite(): void {
+    if (this.corked || this.isCluster()) return;
+    const { stream } = this.client as Redis;
+    if (stream === undefined || this.client.status !== 'ready') return;
+    stream.cork();
+    this.corked = true;
+    process.nextTick(() => {
+      this.corked = false;
+      stream.uncork();
+    });
   }
 
   /** `BACKEND_ERROR` for a reply error that would only come again, else `BACKEND_UNAVAILABLE` (see backend-messages.ts). */
