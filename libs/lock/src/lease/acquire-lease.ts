@@ -148,6 +148,9 @@ export async function acquireLease(
   }
 }
 
+/** Ends a wait for a pass that the release did not make (an abort reason, never thrown to a caller). */
+const NOT_PASSED = Symbol('not passed');
+
 /**
  * Waits on `turn` for up to `limit` ms for a lease passed on by a release of this process: resolves
  * with its fence, or 0 when the release did not pass it (`onNotPassed`), on a wake-up, or when the
@@ -160,15 +163,14 @@ async function waitForPass(
   signal?: AbortSignal,
 ): Promise<number> {
   const ended = new AbortController();
-  const notPassed = new Error('not passed');
   const forwardAbort = () => ended.abort(signal!.reason);
   if (signal?.aborted) throw signal.reason;
   signal?.addEventListener('abort', forwardAbort, { once: true });
-  onNotPassed(() => ended.abort(notPassed));
+  onNotPassed(() => ended.abort(NOT_PASSED));
   try {
     return await turn.wait({ limit, step: limit }, ended.signal);
   } catch (error) {
-    if (error === notPassed) return 0;
+    if (error === NOT_PASSED) return 0;
     throw error;
   } finally {
     signal?.removeEventListener('abort', forwardAbort);
