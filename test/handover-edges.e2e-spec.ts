@@ -157,6 +157,41 @@ describe('handover at the edges', () => {
       await closeLockApp(waiting);
     }
   });
+
+  it('gives a lease passed inside the process back at once when its waiter gave up before the release was answered', async () => {
+    const passing = await bootLockModule({ redis: server.url });
+    try {
+      const key = uniqueKey('pass-to-gone');
+      const lockKey = passing.module.get<RedisStore>(LockStore).keysOf('lock', key)[0];
+      const handoverLease = passing.module.get<RedisStore>(LockStore).handoverLease;
+      const first = await passing.locks.lock(key);
+      const second = passing.locks.lock(key, { timeout: 10_000 });
+      const giveUp = new AbortController();
+      // Waiting when `second` takes the lock: `second`'s release passes it to `third`, without a message.
+      const third = passing.locks.lock(key, { timeout: 10_000, signal: giveUp.signal });
+      const thirdGaveUp = expect(third).rejects.toThrow('gave up');
+      await delay(100);
+      await first.unlock();
+      const holder = await second;
+      await delay(50);
+
+      // The release that passes the lock to `third` waits on the server while `third` gives up.
+      await redis.call('CLIENT', 'PAUSE', '300', 'WRITE');
+      const released = holder.unlock();
+      giveUp.abort(new Error('gave up'));
+      await thirdGaveUp;
+      expect(await released).toBe(true);
+      expect(await redis.get(lockKey)).not.toBe(holder.token);
+
+      // Nobody will use the lease `third` was passed: given back now, not after the handover lease.
+      const since = performance.now();
+      while ((await redis.exists(lockKey)) === 1 && performance.now() - since < handoverLease) await delay(10);
+      expect(performance.now() - since).toBeLessThan(handoverLease / 3);
+      expect(await passing.locks.tryLock(key)).not.toBeNull();
+    } finally {
+      await closeLockApp(passing);
+    }
+  });
 });
 
 function busyWait(ms: number): void {
