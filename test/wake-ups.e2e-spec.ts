@@ -8,8 +8,8 @@ import { bootLockModule, closeLockApp, type LockApp, STORE_KINDS, uniqueKey, use
 import { RedisServer } from './support/redis-server.js';
 
 /** Resolves with the lock and how long after `since` it was granted. */
-async function grantedAfter(lock: Promise<Lock>, since: () => number): Promise<{ lock: Lock; after: number }> {
-  const granted = await lock;
+async function grantedAfter<L = Lock>(lease: Promise<L>, since: () => number): Promise<{ lock: L; after: number }> {
+  const granted = await lease;
   return { lock: granted, after: performance.now() - since() };
 }
 
@@ -230,6 +230,80 @@ describe('wake-ups and fair order on Redis', () => {
       expect((await evalshaCalls()) - scriptsBefore).toBeLessThanOrEqual(sections + 4);
     } finally {
       listener.disconnect();
+    }
+  });
+
+  it('passes a permit from one waiter of a process to the next in the release itself: one script per section', async () => {
+    const name = uniqueKey('local-permit-pass');
+    const line = store().keysOf('semaphore', name)[2];
+    const holder = await app.semaphores.acquire(name, 1);
+    const sections = 20;
+    const order: number[] = [];
+    const waiters = Array.from({ length: sections }, (_, i) =>
+      app.semaphores.withPermit(name, 1, async () => {
+        order.push(i);
+        await delay(1);
+      }),
+    );
+    while ((await redis.zcard(line)) < 1) await delay(10); // the first waiter stands in Redis's line, the others here
+    const scriptsBefore = await evalshaCalls();
+
+    await holder.release();
+    await Promise.all(waiters);
+
+    expect(order).toEqual(Array.from({ length: sections }, (_, i) => i));
+    // One release per section, each passing the permit on to the next waiter of this process, which
+    // waited for that rather than attempting in Redis (the semaphore has no room): a few attempts more at most.
+    expect((await evalshaCalls()) - scriptsBefore).toBeLessThanOrEqual(sections + 4);
+  });
+
+  it('gives waiters of one process free permits at once: none waits for a pass while the semaphore has room', async () => {
+    const name = uniqueKey('room');
+    await app.semaphores.withPermit(name, 4, () => undefined); // the wake-up channel is subscribed from here on
+    const started = performance.now();
+    let inside = 0;
+    let allInside!: () => void;
+    const together = new Promise<void>((resolve) => (allInside = resolve));
+    // Each holds its permit until all three are inside: a waiter that waited for a pass would wait maxStep.
+    const holders = Array.from({ length: 3 }, () =>
+      app.semaphores.withPermit(
+        name,
+        4,
+        () => {
+          if (++inside === 3) allInside();
+          return together;
+        },
+        { maxStep: 10_000, timeout: 20_000 },
+      ),
+    );
+    await Promise.all(holders);
+    expect(performance.now() - started).toBeLessThan(2_000);
+  });
+
+  it('wakes a waiter that waits for a permit passed inside its process when another process frees one', async () => {
+    const other = await bootLockModule({ redis: server.url, commandTimeout: 200 });
+    try {
+      const name = uniqueKey('freed-elsewhere');
+      const elsewhere = [await other.semaphores.acquire(name, 3), await other.semaphores.acquire(name, 3)];
+      const mine = await app.semaphores.acquire(name, 3);
+      // The semaphore is full: the second waiter here is refused and stands in Redis's line, the
+      // third waits here, then (its process holding permits, the last attempt refused) for a pass.
+      const second = app.semaphores.acquire(name, 3, { timeout: 20_000 });
+      let freedAt = Infinity;
+      const third = grantedAfter(app.semaphores.acquire(name, 3, { timeout: 20_000, maxStep: 10_000 }), () => freedAt);
+      while ((await redis.zcard(store().keysOf('semaphore', name)[2])) < 1) await delay(10);
+      await elsewhere[0].release(); // handed to `second`, first in Redis's line
+      const secondPermit = await second;
+      await delay(100);
+
+      freedAt = performance.now();
+      await elsewhere[1].release(); // nobody in Redis's line: freed, and the waiters are told
+      const { lock: thirdPermit, after } = await third;
+
+      expect(after).toBeLessThan(2_000);
+      for (const permit of [mine, secondPermit, thirdPermit]) await permit.release();
+    } finally {
+      await closeLockApp(other);
     }
   });
 
