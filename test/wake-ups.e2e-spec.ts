@@ -233,38 +233,15 @@ describe('wake-ups and fair order on Redis', () => {
     }
   });
 
-  it('passes a permit from one waiter of a process to the next in the release itself: one script per section', async () => {
-    const name = uniqueKey('local-permit-pass');
-    const line = store().keysOf('semaphore', name)[2];
-    const holder = await app.semaphores.acquire(name, 1);
-    const sections = 20;
-    const order: number[] = [];
-    const waiters = Array.from({ length: sections }, (_, i) =>
-      app.semaphores.withPermit(name, 1, async () => {
-        order.push(i);
-        await delay(1);
-      }),
-    );
-    while ((await redis.zcard(line)) < 1) await delay(10); // the first waiter stands in Redis's line, the others here
-    const scriptsBefore = await evalshaCalls();
-
-    await holder.release();
-    await Promise.all(waiters);
-
-    expect(order).toEqual(Array.from({ length: sections }, (_, i) => i));
-    // One release per section, each passing the permit on to the next waiter of this process, which
-    // waited for that rather than attempting in Redis (the semaphore has no room): a few attempts more at most.
-    expect((await evalshaCalls()) - scriptsBefore).toBeLessThanOrEqual(sections + 4);
-  });
-
-  it('gives waiters of one process free permits at once: none waits for a pass while the semaphore has room', async () => {
+  it('gives waiters of one process free permits at once while the semaphore has room', async () => {
     const name = uniqueKey('room');
     await app.semaphores.withPermit(name, 4, () => undefined); // the wake-up channel is subscribed from here on
     const started = performance.now();
     let inside = 0;
     let allInside!: () => void;
     const together = new Promise<void>((resolve) => (allInside = resolve));
-    // Each holds its permit until all three are inside: a waiter that waited for a pass would wait maxStep.
+    // Each holds its permit until all three are inside: a waiter held back (e.g. waiting for a pass
+    // from a holder of its process) would wait maxStep.
     const holders = Array.from({ length: 3 }, () =>
       app.semaphores.withPermit(
         name,
@@ -280,14 +257,14 @@ describe('wake-ups and fair order on Redis', () => {
     expect(performance.now() - started).toBeLessThan(2_000);
   });
 
-  it('wakes a waiter that waits for a permit passed inside its process when another process frees one', async () => {
+  it('grants a permit another process frees to a waiter queued behind others in a process that holds permits', async () => {
     const other = await bootLockModule({ redis: server.url, commandTimeout: 200 });
     try {
       const name = uniqueKey('freed-elsewhere');
       const elsewhere = [await other.semaphores.acquire(name, 3), await other.semaphores.acquire(name, 3)];
       const mine = await app.semaphores.acquire(name, 3);
       // The semaphore is full: the second waiter here is refused and stands in Redis's line, the
-      // third waits here, then (its process holding permits, the last attempt refused) for a pass.
+      // third queues here behind it, in a process that holds permits.
       const second = app.semaphores.acquire(name, 3, { timeout: 20_000 });
       let freedAt = Infinity;
       const third = grantedAfter(app.semaphores.acquire(name, 3, { timeout: 20_000, maxStep: 10_000 }), () => freedAt);
@@ -297,7 +274,7 @@ describe('wake-ups and fair order on Redis', () => {
       await delay(100);
 
       freedAt = performance.now();
-      await elsewhere[1].release(); // nobody in Redis's line: freed, and the waiters are told
+      await elsewhere[1].release(); // the third, by then waiting as its process's next, must get it soon
       const { lock: thirdPermit, after } = await third;
 
       expect(after).toBeLessThan(2_000);

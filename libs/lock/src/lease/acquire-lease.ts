@@ -71,9 +71,10 @@ export async function acquireLease(
       await request.release(token).catch(() => undefined);
       return true;
     };
-    // A holder of this process passes the lease to this waiter when it releases (see LocalLines): wait
-    // for that rather than join the store's line. The release is sent after this wait began.
-    if (leaveLocalLine && lines.expectsPass(line, token, kind)) {
+    // A holder of this process passes the lock to this waiter when it releases (see LocalLines): wait
+    // for that rather than join the store's line. The release is sent after this wait began. (Not for
+    // a semaphore: another of its permits may be free now.)
+    if (leaveLocalLine && kind === 'lock' && lines.expectsPass(line, token)) {
       const waitStart = performance.now();
       const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart));
       const fence = await waitForPass(
@@ -105,7 +106,6 @@ export async function acquireLease(
         attempt: async (join, inLine) => {
           const sentAt = performance.now();
           const answer = await request.attempt(token, policy.ttl, { fair, liveness: join ? liveness : 0, inLine });
-          if (leaveLocalLine) lines.answered(line, answer.fence > 0);
           if (answer.fence === 0) {
             toldToWaitAt = sentAt;
             fenceAtWait = answer.lastFence ?? 0;

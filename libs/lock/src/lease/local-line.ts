@@ -1,4 +1,4 @@
-import type { LeaseKind, LockStore, Successor } from '../store/store.js';
+import type { LockStore, Successor } from '../store/store.js';
 
 interface Turn {
   /** Gives the turn to this waiter. */
@@ -29,10 +29,8 @@ interface Line {
   passes: number;
   /** The waiter the last release of this process passed the lease to. */
   passedTo?: string;
-  /** The leases waiters of this line took and have not released yet (one for a lock; up to the limit for a semaphore). */
-  holders: Set<string>;
-  /** The last attempt of this line was refused: a semaphore had no room then (a lock held here never has). */
-  refused: boolean;
+  /** The token of the lease a waiter of this line took and has not released yet. */
+  holder?: string;
 }
 
 /**
@@ -68,7 +66,7 @@ export class LocalLines {
   enter(line: string, deadline: number, signal?: AbortSignal): Promise<(() => void) | null> {
     const existing = this.lines.get(line);
     if (existing === undefined) {
-      this.lines.set(line, { waiting: [], tenureStart: -Infinity, passes: 0, holders: new Set(), refused: false });
+      this.lines.set(line, { waiting: [], tenureStart: -Infinity, passes: 0 });
       return Promise.resolve(this.leaver(line));
     }
     const { waiting } = existing;
@@ -113,7 +111,7 @@ export class LocalLines {
   won(line: string, token: string): void {
     const state = this.lines.get(line);
     if (state === undefined) return;
-    state.holders.add(token);
+    state.holder = token;
     if (state.passedTo === token) {
       state.passes++;
     } else {
@@ -123,22 +121,13 @@ export class LocalLines {
     state.passedTo = undefined;
   }
 
-  /** The head of `line` sent an attempt to the store, which granted it or not. */
-  answered(line: string, granted: boolean): void {
-    const state = this.lines.get(line);
-    if (state) state.refused = !granted;
-  }
-
   /**
-   * Whether the head `token` of `line` may count on the lease being passed to it by a holder of
-   * this process (it was waiting when this process took the lease), rather than join the store's
-   * line. For a semaphore only while it has no room: when the last attempt of this line was refused
-   * (a permit freed elsewhere wakes the head, which then attempts).
+   * Whether the head `token` of `line` may count on the lease being passed to it by the holder of
+   * this process (it was waiting when this process took the lease), rather than join the store's line.
    */
-  expectsPass(line: string, token: string, kind: LeaseKind): boolean {
+  expectsPass(line: string, token: string): boolean {
     const state = this.lines.get(line);
-    if (state?.head?.token !== token || state.holders.size === 0) return false;
-    return (kind === 'lock' || state.refused) && this.mayJump(state, state.head);
+    return state?.head?.token === token && state.holder !== undefined && this.mayJump(state, state.head);
   }
 
   /** While the head `token` of `line` waits for a pass: `notPassed` ends that wait if the release does not pass. */
@@ -153,7 +142,7 @@ export class LocalLines {
    */
   successor(line: string, holder: string): Successor | undefined {
     const state = this.lines.get(line);
-    state?.holders.delete(holder);
+    if (state?.holder === holder) state.holder = undefined;
     const head = state?.head;
     if (state === undefined || head === undefined || head.token === holder) return undefined;
     const jump = this.mayJump(state, head);

@@ -304,8 +304,8 @@ return {0, first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
 /**
  * Gives a permit back (a permit whose lease already ran out is dropped but reported as not ours),
  * then hands the freed permit to the successor the caller names (as `releaseLockScript` does), or to
- * the first fair waiter in line, or wakes the other waiters (always: also waiters in no set, see
- * below). A token that holds no permit leaves the line (a waiter giving up).
+ * the first fair waiter in line, or wakes the other waiters. A token that holds no permit leaves the
+ * line (a waiter giving up).
  * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
  * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] successor token or '',
  * ARGV[5] '1' if the successor may go ahead of the line.
@@ -331,17 +331,12 @@ if successor ~= '' and not redis.call('ZSCORE', lease, successor) and successorF
   redis.call('ZADD', lease, nowMs + tonumber(ARGV[2]), successor)
   leaveLine(successor)
   handedFence = nextFence()
-else
-  local first = false
-  if redis.call('EXISTS', alive) == 1 then
-    dropGoneWaiters(nowMs)
-    first = redis.call('ZRANGE', line, 0, 0)[1]
-  end
+elseif redis.call('EXISTS', alive) == 1 then
+  dropGoneWaiters(nowMs)
+  local first = redis.call('ZRANGE', line, 0, 0)[1]
   if first then
     handPermit(first, nowMs, tonumber(ARGV[2]), ARGV[3])
   else
-    -- Also with nobody in 'alive': a waiter that waits for a permit passed inside its own process
-    -- has not attempted, so it is in no set; told, it attempts for the permit freed here.
     redis.call('PUBLISH', ARGV[3], '')
   end
 end
