@@ -547,14 +547,15 @@ function resolveRedlock(redlock: unknown, defaultTtl: number): ResolvedRedlockOp
     }
     validateRedisOption(node, argument);
     const server = serverOf(node);
-    const earlier = server === undefined ? undefined : servers.get(server);
-    if (server !== undefined && earlier !== undefined) {
+    if (server === undefined) return;
+    const earlier = servers.get(server);
+    if (earlier !== undefined) {
       throw new InvalidArgumentError(
         argument,
         `is the server of redlock.nodes[${earlier}] (${server}) again: a master listed twice would count twice towards the quorum`,
       );
     }
-    if (server !== undefined) servers.set(server, i);
+    servers.set(server, i);
   });
   const n = nodes.length;
   const resolvedQuorum = quorum ?? Math.floor(n / 2) + 1;
