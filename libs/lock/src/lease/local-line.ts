@@ -1,4 +1,20 @@
-import type { LockStore, Successor } from '../store/store.js';
+import type { LockStore, PassConfirmation, Successor } from '../store/store.js';
+
+/**
+ * A lock passed by a release of this process as that release was sent, before the store ran it: the
+ * lease is surely the successor's only up to `until` (the releasing holder's own lease) until the
+ * `confirmation` says the store passed it (then from the send time on), or did not.
+ */
+export interface UnconfirmedPass {
+  until: number;
+  confirmation: PassConfirmation;
+}
+
+/** A lease a release of this process passed to the head: when that release was sent, and whether the store had run it yet. */
+export interface LocalPass {
+  sentAt: number;
+  unconfirmed?: UnconfirmedPass;
+}
 
 interface Turn {
   /** Gives the turn to this waiter. */
@@ -15,8 +31,8 @@ interface Head {
   since: number;
   /** Set while it waits for a holder of this process to pass it the lease: ends that wait. */
   notPassed?: () => void;
-  /** The lease a release of this process passed it: its fence, and when that release was sent. */
-  pass?: { fence: number; sentAt: number };
+  /** The lease a release of this process passed it, with its fence. */
+  pass?: LocalPass & { fence: number };
 }
 
 interface Line {
@@ -138,9 +154,10 @@ export class LocalLines {
 
   /**
    * Whom a release of `line` by `holder` should pass the lease to: the head, when it may go ahead
-   * of the store's line (`jump`), or else only when nobody else waits there.
+   * of the store's line (`jump`), or else only when nobody else waits there. `holderLease`: see
+   * `Successor.holder`.
    */
-  successor(line: string, holder: string): Successor | undefined {
+  successor(line: string, holder: string, holderLease?: Successor['holder']): Successor | undefined {
     const state = this.lines.get(line);
     if (state?.holder === holder) state.holder = undefined;
     const head = state?.head;
@@ -151,9 +168,11 @@ export class LocalLines {
     return {
       token: head.token,
       jump,
-      passed: (fence) => {
+      holder: holderLease,
+      passed: (fence, confirmation) => {
         if (fence === 0) return head.notPassed?.();
-        head.pass = { fence, sentAt };
+        const unconfirmed = confirmation && holderLease ? { until: holderLease.validUntil, confirmation } : undefined;
+        head.pass = { fence, sentAt, unconfirmed };
         // Passed ahead of the line: one more pass of this tenure. Passed as first in line (or with
         // nobody there): as good as taken from the store's line, a new tenure.
         if (jump) state.passedTo = head.token;
@@ -161,10 +180,11 @@ export class LocalLines {
     };
   }
 
-  /** When the release that passed the head `token` of `line` the lease with `fence` was sent, if one did. */
-  passSentAt(line: string, token: string, fence: number): number | undefined {
-    const pass = this.lines.get(line)?.head?.pass;
-    return this.lines.get(line)?.head?.token === token && pass?.fence === fence ? pass.sentAt : undefined;
+  /** The pass of the lease with `fence` to the head `token` of `line` by a release of this process, if one passed it. */
+  passOf(line: string, token: string, fence: number): LocalPass | undefined {
+    const head = this.lines.get(line)?.head;
+    const pass = head?.token === token ? head.pass : undefined;
+    return pass?.fence === fence ? { sentAt: pass.sentAt, unconfirmed: pass.unconfirmed } : undefined;
   }
 
   private mayJump(state: Line, head: Head): boolean {
