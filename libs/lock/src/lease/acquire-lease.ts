@@ -83,9 +83,7 @@ export async function acquireLease(
         (notPassed) => lines.onNotPassed(line, token, notPassed),
         options.signal,
       );
-      const pass = fence > 0 ? lines.passOf(line, token, fence) : undefined;
-      // A pass made as the release was sent, which Redis answered "not passed" already: wait on.
-      if (fence > 0 && pass?.unconfirmed?.confirmation.passed !== false) {
+      if (fence > 0) {
         if (options.signal?.aborted) {
           // Passed as the caller gave up: nobody will use it.
           await request.release(token).catch(() => undefined);
@@ -97,11 +95,9 @@ export async function acquireLease(
           token,
           ttl: policy.ttl,
           fence,
-          sentAt: pass?.sentAt ?? waitStart,
+          sentAt: lines.passSentAt(line, token, fence) ?? waitStart,
           serverTtl: handover,
-          unconfirmed: pass?.unconfirmed,
           elapsed: performance.now() - start,
-          callerToken: options.token !== undefined,
         };
       }
     }
@@ -122,11 +118,8 @@ export async function acquireLease(
           if (fence === 0) return null;
           const handover = Math.min(store.handoverLease, policy.ttl);
           // Passed by a release of this process: its lease began after that release was sent.
-          const pass = lines.passOf(line, token, fence);
-          if (pass !== undefined) {
-            // Made as the release was sent, and Redis answered "not passed" already: the next attempt finds out.
-            return pass.unconfirmed?.confirmation.passed === false ? null : { fence, serverTtl: handover, ...pass };
-          }
+          const passedAt = lines.passSentAt(line, token, fence);
+          if (passedAt !== undefined) return { fence, sentAt: passedAt, serverTtl: handover };
           if (fence > fenceAtWait && performance.now() < toldToWaitAt + handover - driftOf(store, handover)) {
             return { fence, sentAt: toldToWaitAt, serverTtl: handover };
           }
@@ -147,9 +140,7 @@ export async function acquireLease(
       fence: won.fence,
       sentAt: won.sentAt,
       serverTtl: won.serverTtl ?? policy.ttl,
-      unconfirmed: won.unconfirmed,
       elapsed: won.elapsed === 0 && !queuedLocally ? 0 : performance.now() - start,
-      callerToken: options.token !== undefined,
     };
   } finally {
     turn.close();

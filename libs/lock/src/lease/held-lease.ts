@@ -1,7 +1,7 @@
 import { errorMessage, InvalidArgumentError, LockBackendError, LockLostError } from '../lock.errors.js';
 import { driftMargin, duration } from '../lock.options.js';
 import type { LeaseKind, LockStore, Successor } from '../store/store.js';
-import { lineOf, localLines, type UnconfirmedPass } from './local-line.js';
+import { lineOf, localLines } from './local-line.js';
 import type { Watchdog } from './watchdog.js';
 
 /** What the wait loop hands over when a lease is won. */
@@ -18,10 +18,6 @@ export interface LeaseGrant {
   serverTtl: number;
   /** `performance.now()` before which the lease surely did not start. */
   sentAt: number;
-  /** Passed as a release of this process was sent, before the store ran it. */
-  unconfirmed?: UnconfirmedPass;
-  /** The token is the caller's `token` option, not one drawn for this lease alone: it may be held elsewhere too. */
-  callerToken?: boolean;
 }
 
 /** How a lease is kept: renewed by the watchdog or not, and whether its loss is reported. */
@@ -89,7 +85,6 @@ export class HeldLease {
   readonly token: string;
   readonly fence: number;
   readonly elapsed: number;
-  private readonly callerToken: boolean;
 
   constructor(
     readonly kind: LeaseKind,
@@ -104,27 +99,11 @@ export class HeldLease {
     this.fence = grant.fence;
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
-    this.callerToken = grant.callerToken ?? false;
     this.validUntil = grant.sentAt + grant.serverTtl - driftOf(store, grant.serverTtl);
     this.renewAt = grant.sentAt + grant.serverTtl / 3;
     this.serverLease = grant.serverTtl;
     this.mustExtend = grant.serverTtl < grant.ttl;
-    if (grant.unconfirmed) this.awaitConfirmation(grant.unconfirmed);
     watchdog.track(this);
-  }
-
-  /**
-   * A lease passed as the release was sent is surely ours only as long as the releasing holder's
-   * was, until the store says it ran the release: then from the release's send time, or not at all.
-   */
-  private awaitConfirmation({ until, confirmation }: UnconfirmedPass): void {
-    if (confirmation.passed) return;
-    const passedUntil = this.validUntil;
-    this.validUntil = Math.min(this.validUntil, until);
-    void confirmation.done.then((passed) => {
-      if (!passed) this.lose('taken');
-      else if (this.state === 'held') this.validUntil = Math.max(this.validUntil, passedUntil);
-    });
   }
 
   /** Aborted with a `LockLostError` once the lease is known to be lost; never by an intentional release. */
@@ -195,8 +174,7 @@ export class HeldLease {
         ? this.store.releaseLock(this.id, this.token, successor)
         : this.store.releasePermit(this.id, this.token, successor);
     try {
-      const holder = this.callerToken ? undefined : { fence: this.fence, validUntil: this.validUntil };
-      return await giveBack(localLines(this.store).successor(lineOf(this.kind, this.id), this.token, holder));
+      return await giveBack(localLines(this.store).successor(lineOf(this.kind, this.id), this.token));
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
       const serverDeadline = this.validUntil + driftOf(this.store, this.leaseTtl);

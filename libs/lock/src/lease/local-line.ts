@@ -1,20 +1,4 @@
-import type { LockStore, PassConfirmation, Successor } from '../store/store.js';
-
-/**
- * A lock passed by a release of this process as that release was sent, before the store ran it: the
- * lease is surely the successor's only up to `until` (the releasing holder's own lease) until the
- * `confirmation` says the store passed it (then from the send time on), or did not.
- */
-export interface UnconfirmedPass {
-  until: number;
-  confirmation: PassConfirmation;
-}
-
-/** A lease a release of this process passed to the head: when that release was sent, and whether the store had run it yet. */
-export interface LocalPass {
-  sentAt: number;
-  unconfirmed?: UnconfirmedPass;
-}
+import type { LockStore, Successor } from '../store/store.js';
 
 interface Turn {
   /** Gives the turn to this waiter. */
@@ -31,8 +15,8 @@ interface Head {
   since: number;
   /** Set while it waits for a holder of this process to pass it the lease: ends that wait. */
   notPassed?: () => void;
-  /** The lease a release of this process passed it, with its fence. */
-  pass?: LocalPass & { fence: number };
+  /** The lease a release of this process passed it: its fence, and when that release was sent. */
+  pass?: { fence: number; sentAt: number };
 }
 
 interface Line {
@@ -154,10 +138,9 @@ export class LocalLines {
 
   /**
    * Whom a release of `line` by `holder` should pass the lease to: the head, when it may go ahead
-   * of the store's line (`jump`), or else only when nobody else waits there. `holderLease`: see
-   * `Successor.holder`.
+   * of the store's line (`jump`), or else only when nobody else waits there.
    */
-  successor(line: string, holder: string, holderLease?: Successor['holder']): Successor | undefined {
+  successor(line: string, holder: string): Successor | undefined {
     const state = this.lines.get(line);
     if (state?.holder === holder) state.holder = undefined;
     const head = state?.head;
@@ -168,11 +151,9 @@ export class LocalLines {
     return {
       token: head.token,
       jump,
-      holder: holderLease,
-      passed: (fence, confirmation) => {
+      passed: (fence) => {
         if (fence === 0) return head.notPassed?.();
-        const unconfirmed = confirmation && holderLease ? { until: holderLease.validUntil, confirmation } : undefined;
-        head.pass = { fence, sentAt, unconfirmed };
+        head.pass = { fence, sentAt };
         // Passed ahead of the line: one more pass of this tenure. Passed as first in line (or with
         // nobody there): as good as taken from the store's line, a new tenure.
         if (jump) state.passedTo = head.token;
@@ -180,11 +161,10 @@ export class LocalLines {
     };
   }
 
-  /** The pass of the lease with `fence` to the head `token` of `line` by a release of this process, if one passed it. */
-  passOf(line: string, token: string, fence: number): LocalPass | undefined {
-    const head = this.lines.get(line)?.head;
-    const pass = head?.token === token ? head.pass : undefined;
-    return pass?.fence === fence ? { sentAt: pass.sentAt, unconfirmed: pass.unconfirmed } : undefined;
+  /** When the release that passed the head `token` of `line` the lease with `fence` was sent, if one did. */
+  passSentAt(line: string, token: string, fence: number): number | undefined {
+    const pass = this.lines.get(line)?.head?.pass;
+    return this.lines.get(line)?.head?.token === token && pass?.fence === fence ? pass.sentAt : undefined;
   }
 
   private mayJump(state: Line, head: Head): boolean {

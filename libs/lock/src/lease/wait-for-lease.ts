@@ -1,6 +1,5 @@
 import { LockBackendError } from '../lock.errors.js';
 import type { Attempt, TurnWait } from '../store/store.js';
-import type { UnconfirmedPass } from './local-line.js';
 
 /** How a caller waits: the backoff of `lua-resty-lock`, in milliseconds. */
 export interface WaitPolicy {
@@ -30,8 +29,6 @@ export interface HandedLease {
   sentAt: number;
   /** How long the store's lease runs from `sentAt` (the short handover lease, until it is extended). */
   serverTtl: number;
-  /** Passed as a release of this process was sent, before the store ran it. */
-  unconfirmed?: UnconfirmedPass;
 }
 
 /** A lease the wait loop won. */
@@ -43,8 +40,6 @@ export interface WonLease {
   sentAt: number;
   /** Handed over by a release: how long the store's lease runs from `sentAt`; else the ttl asked for. */
   serverTtl?: number;
-  /** Passed as a release of this process was sent, before the store ran it. */
-  unconfirmed?: UnconfirmedPass;
 }
 
 /**

@@ -160,24 +160,6 @@ end
 `;
 
 /**
- * The fence of a lock passed to a successor of the holder's own process: the holder's fence + 1
- * when the caller gives it, so that the caller knows it before the reply and may let the successor
- * start as the release is sent. Above every fence granted before, since the holder's was the last;
- * the counter (which refused attempts may have drawn beyond it) never goes back. Without the
- * holder's fence (a caller's own token, which may be held twice), the next fence. Needs `prelude`.
- */
-const passFence = `
-local function passFence(holderFence)
-  if holderFence == '' then return nextFence() end
-  local fence = tonumber(holderFence) + 1
-  if (tonumber(redis.call('GET', counter)) or 0) < fence then
-    redis.call('SET', counter, string.format('%.0f', fence))
-  end
-  return fence
-end
-`;
-
-/**
  * What follows a lock's release (by its holder or an operator); needs `prelude`: the lock goes to the
  * first fair waiter in line, set to its token for a handover lease it extends once told, or is freed
  * and the other waiters are woken.
@@ -200,20 +182,19 @@ end
 /**
  * Releases the lock if the token holds it: hands it to a successor the caller names (a waiter of the
  * same process, whose turn is open: see `Successor`) — if it may go ahead of the line, or is first
- * in it, or nobody is in line — without a message, since the caller tells it, with the fence after
- * the holder's (`passFence`); else straight to the
+ * in it, or nobody is in line — without a message, since the caller tells it; else straight to the
  * first fair waiter in line (the lock is set to that waiter's token for a short handover lease, which
  * the waiter extends to its own ttl once told), or frees it and wakes the other waiters. A token
  * that does not hold the lock leaves the line (a waiter giving up).
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
  * ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] successor token or
- * '', ARGV[5] '1' if the successor may go ahead of the line, ARGV[6] the holder's fence or ''.
+ * '', ARGV[5] '1' if the successor may go ahead of the line.
  * Returns {1 if the token held the lock else 0, the fence of the lease handed to the successor or 0}.
  */
 export const releaseLockScript = script(
   'releaseLock',
   4,
-  `${prelude}${lockPassOn}${successorFirst}${passFence}
+  `${prelude}${lockPassOn}${successorFirst}
 local token, successor = ARGV[1], ARGV[4]
 if redis.call('GET', lease) ~= token then
   leaveLine(token)
@@ -222,7 +203,7 @@ end
 if successor ~= '' and successorFirst(successor, ARGV[5] == '1') then
   redis.call('SET', lease, successor, 'PX', ARGV[2])
   leaveLine(successor)
-  return {1, passFence(ARGV[6])}
+  return {1, nextFence()}
 end
 if redis.call('EXISTS', alive) == 0 then
   redis.call('DEL', lease)

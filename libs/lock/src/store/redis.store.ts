@@ -24,7 +24,6 @@ import type {
   LeaseRenewal,
   LockInspection,
   LockStore,
-  PassConfirmation,
   Successor,
   Turn,
 } from './store.js';
@@ -194,84 +193,30 @@ export class RedisStore implements LockStore {
     successor?: Successor,
   ): Promise<boolean> {
     const channel = this.channelOf(kind, id);
-    const holderFence = kind === 'lock' && successor?.holder ? String(successor.holder.fence) : '';
-    const args = [token, this.handoverLease, channel, successor?.token ?? '', successor?.jump ? '1' : '0', holderFence];
-    const reply = this.runScript(script, id, this.keysOf(kind, id), args) as Promise<[number, number]>;
-    if (successor !== undefined && this.passesAsSent(kind, successor)) {
-      return this.passAsSent(reply, script, kind, id, successor, successor.holder!.fence + 1);
-    }
+    const args = [token, this.handoverLease, channel, successor?.token ?? '', successor?.jump ? '1' : '0'];
     let handedFence = 0;
     try {
-      const [held, fence] = await reply;
+      const [held, fence] = (await this.runScript(script, id, this.keysOf(kind, id), args)) as [number, number];
       handedFence = Number(fence);
       return Number(held) === 1;
     } finally {
-      if (successor !== undefined && !this.deliverToSuccessor(kind, id, successor, handedFence)) {
-        // The successor stopped waiting while the release was on its way: nobody will use its lease.
-        this.release(script, kind, id, successor.token).catch(() => undefined);
-      }
+      if (successor !== undefined) this.deliverToSuccessor(script, kind, id, successor, handedFence);
     }
   }
 
-  /**
-   * Whether a lock can be passed to `successor` as the release is sent, before Redis runs it: the
-   * release is sure to pass it (it may go ahead of the line) unless the holder's lease ran out
-   * first, and that lease still runs a while. Not with `waitForReplicas`: a pass counts only once
-   * the replicas have it.
-   */
-  private passesAsSent(kind: LeaseKind, successor: Successor): boolean {
-    const { holder } = successor;
-    if (kind !== 'lock' || !successor.jump || holder === undefined || this.options.waitForReplicas) return false;
-    return this.client.status === 'ready' && holder.validUntil - performance.now() >= this.handoverLease / 2;
-  }
-
-  /**
-   * Passes the lock to `successor` now, with the fence the release script gives a pass (the
-   * holder's + 1), so that it starts without waiting for the round trip; the holder's section is
-   * over and its lease still runs, so nobody else can hold the lock meanwhile. Once Redis answers,
-   * the successor learns whether the release passed it after all (`Successor.passed`): if the
-   * holder's lease had run out, its own is lost.
-   */
-  private async passAsSent(
-    reply: Promise<[number, number]>,
+  /** Tells `successor` how the release that named it went; a lease it was handed goes to its turn. */
+  private deliverToSuccessor(
     script: RedisScript,
     kind: LeaseKind,
     id: string,
     successor: Successor,
     fence: number,
-  ): Promise<boolean> {
-    let answer!: (passed: boolean) => void;
-    const confirmation = {
-      done: new Promise<boolean>((resolve) => (answer = resolve)),
-      passed: undefined as boolean | undefined,
-    };
-    const waiting = this.deliverToSuccessor(kind, id, successor, fence, confirmation);
-    let passed = false;
-    try {
-      const [held, handedFence] = await reply;
-      passed = Number(handedFence) === fence;
-      return Number(held) === 1;
-    } finally {
-      confirmation.passed = passed;
-      answer(passed);
-      if (passed && !waiting) this.release(script, kind, id, successor.token).catch(() => undefined);
+  ): void {
+    successor.passed(fence);
+    if (fence > 0 && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, fence)) {
+      // The successor stopped waiting while the release was on its way: nobody will use its lease.
+      this.release(script, kind, id, successor.token).catch(() => undefined);
     }
-  }
-
-  /**
-   * Tells `successor` how the release that named it went (or, with `confirmed`, that it is being
-   * sent); a lease it was handed goes to its turn. `false` when it was handed a lease but had
-   * stopped waiting.
-   */
-  private deliverToSuccessor(
-    kind: LeaseKind,
-    id: string,
-    successor: Successor,
-    fence: number,
-    confirmation?: PassConfirmation,
-  ): boolean {
-    successor.passed(fence, confirmation);
-    return fence === 0 || this.wakeUps.handOver(this.channelOf(kind, id), successor.token, fence);
   }
 
   private async attempt(

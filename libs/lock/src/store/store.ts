@@ -123,25 +123,10 @@ export interface Successor {
   /** It may go ahead of the waiters in the store's line; else it gets the lease only when it is first there, or nobody waits. */
   jump: boolean;
   /**
-   * The releasing holder's lease, when its token was drawn for it alone (not a caller's `token`):
-   * its fence, and `performance.now()` up to which it is surely still its own. A store that is sure
-   * to pass a lock (`jump`, and that lease still runs a while) may pass it as the release is sent.
+   * Called once the release is done: with the fence of the lease handed to it (before its turn is
+   * told), or 0 when the release did not hand it the lease (or failed).
    */
-  holder?: { fence: number; validUntil: number };
-  /**
-   * Called with the fence of the lease handed to it (before its turn is told), or 0 when the release
-   * did not hand it the lease (or failed): once the release is done — or as it is sent, with the
-   * `confirmation` that comes once it is done.
-   */
-  passed(fence: number, confirmation?: PassConfirmation): void;
-}
-
-/** Whether a release that passed a lock as it was sent did pass it, once Redis answered (see `Successor`). */
-export interface PassConfirmation {
-  /** Resolves with the answer: `false` if the release did not pass it after all (or failed). */
-  readonly done: Promise<boolean>;
-  /** The answer from the moment it came; `undefined` until then. */
-  readonly passed: boolean | undefined;
+  passed(fence: number): void;
 }
 
 /** One waiter's view of the releases of one lock or semaphore (`LockStore.openTurn`). */
