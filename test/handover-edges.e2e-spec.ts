@@ -199,21 +199,30 @@ describe('handover at the edges', () => {
    * has run the release.
    */
   describe('a pass inside the process waits for Redis to run the release', () => {
-    /** `holder` holds `key` in `local`, and `next` waits behind it since before `local` took the lock (a pass ahead of the line). */
-    async function holderAndNext(local: LockApp, key: string, nextOptions: { signal?: AbortSignal } = {}) {
-      const first = await local.locks.lock(key);
-      const second = local.locks.lock(key, { timeout: 10_000 });
-      const next = local.locks.lock(key, { timeout: 10_000, ...nextOptions });
+    /** `holder` holds `key` here, and `next` waits behind it since before this process took the lock (a pass ahead of the line). */
+    async function holderAndNext(key: string, nextOptions: { signal?: AbortSignal } = {}) {
+      const first = await app.locks.lock(key);
+      const second = app.locks.lock(key, { timeout: 10_000 });
+      const next = app.locks.lock(key, { timeout: 10_000, ...nextOptions });
       await delay(50);
       await first.unlock();
       return { holder: await second, next };
     }
 
-    it('does not hand the next local waiter a lock that another process took from its holder meanwhile', async () => {
+    /** Runs `test` with a second application on the same Redis: another process, for the lock. */
+    async function withOtherProcess(test: (other: LockApp) => Promise<void>): Promise<void> {
       const other = await bootLockModule({ redis: server.url });
       try {
+        await test(other);
+      } finally {
+        await closeLockApp(other);
+      }
+    }
+
+    it('does not hand the next local waiter a lock that another process took from its holder meanwhile', () =>
+      withOtherProcess(async (other) => {
         const key = uniqueKey('pass-after-force-unlock');
-        const { holder, next } = await holderAndNext(app, key);
+        const { holder, next } = await holderAndNext(key);
         // The holder's lease is gone without its knowing (an operator's forceUnlock; a restart
         // without persistence would do the same), and another process took the lock.
         await other.locks.forceUnlock(key);
@@ -226,16 +235,12 @@ describe('handover at the edges', () => {
         const lock = await next;
         expect(lock.fence).toBeGreaterThan(intruder.fence);
         await lock.unlock();
-      } finally {
-        await closeLockApp(other);
-      }
-    });
+      }));
 
-    it('gives the fence from Redis after the counter was lost (FLUSHALL), above the fences issued since', async () => {
-      const other = await bootLockModule({ redis: server.url });
-      try {
+    it('gives the fence from Redis after the counter was lost (FLUSHALL), above the fences issued since', () =>
+      withOtherProcess(async (other) => {
         const key = uniqueKey('pass-after-flush');
-        const { holder, next } = await holderAndNext(app, key);
+        const { holder, next } = await holderAndNext(key);
         await redis.flushall();
         const intruder = await other.locks.lock(key, { ttl: 10_000 });
         await intruder.unlock();
@@ -244,17 +249,13 @@ describe('handover at the edges', () => {
         const lock = await next;
         expect(lock.fence).toBeGreaterThan(intruder.fence);
         await lock.unlock();
-      } finally {
-        await closeLockApp(other);
-      }
-    });
+      }));
 
-    it('frees the lock at once when the next local waiter gives up in the same step as the release', async () => {
-      const other = await bootLockModule({ redis: server.url });
-      try {
+    it('frees the lock at once when the next local waiter gives up in the same step as the release', () =>
+      withOtherProcess(async (other) => {
         const key = uniqueKey('pass-to-aborted');
         const giveUp = new AbortController();
-        const { holder, next } = await holderAndNext(app, key, { signal: giveUp.signal });
+        const { holder, next } = await holderAndNext(key, { signal: giveUp.signal });
         const nextGaveUp = expect(next).rejects.toThrow('shutting down');
         const waiting = other.locks.lock(key, { timeout: 10_000 });
         await delay(50);
@@ -266,10 +267,7 @@ describe('handover at the edges', () => {
         const lock = await waiting;
         expect(performance.now() - since).toBeLessThan(store().handoverLease / 3);
         await lock.unlock();
-      } finally {
-        await closeLockApp(other);
-      }
-    });
+      }));
   });
 });
 
