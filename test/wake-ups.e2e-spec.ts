@@ -44,6 +44,16 @@ describe('wake-ups and fair order on Redis', () => {
     }
   }
 
+  /** NUMSUB of `channel` once it reaches `subscribers`, or as it stands after 5 s. */
+  async function untilSubscribers(channel: string, subscribers: number): Promise<unknown[]> {
+    const deadline = performance.now() + 5_000;
+    for (;;) {
+      const numsub = (await redis.pubsub('NUMSUB', channel)) as unknown[];
+      if (numsub[1] === subscribers || performance.now() > deadline) return numsub;
+      await delay(10);
+    }
+  }
+
   it.each([true, false])('wakes a waiter on release, long before its backoff step ends (fair: %s)', async (fair) => {
     const key = uniqueKey('wake');
     const holder = await app.locks.lock(key);
@@ -349,7 +359,8 @@ describe('wake-ups and fair order on Redis', () => {
     const waiter = app.locks.lock(key);
     await untilInLine(key, 1);
     const channel = store().channelOf('lock', key);
-    expect(await redis.pubsub('NUMSUB', channel)).toEqual([channel, 1]);
+    // The waiter joins the line with its attempt and subscribes right after that attempt's reply.
+    expect(await untilSubscribers(channel, 1)).toEqual([channel, 1]);
 
     await holder.unlock();
     await (await waiter).unlock();

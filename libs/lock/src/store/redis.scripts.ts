@@ -98,11 +98,13 @@ end
 /**
  * One attempt to take the lock; with the line of waiters (fair) or without.
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
- * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] '1' to wait in line
- * when not granted, ARGV[5] '1' if it joined the line before, ARGV[6] a waiter's liveness ms,
- * ARGV[7] lease ms of a handover, ARGV[8] channel.
- * Returns {fence, 0} when the token holds the lock now; else {0, ms the holder's lease still runs,
- * the last fence issued}.
+ * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] when not granted, wait
+ * in line for this many ms ('0': a last attempt, it does not wait), ARGV[5] '1' if it joined the
+ * line before, ARGV[6] lease ms of a handover, ARGV[7] channel.
+ * Returns the fence (an integer) when the token holds the lock now; else {ms the holder's lease
+ * still runs, the last fence issued}. A bare integer, and few arguments, because the uncontended
+ * call is the one that counts: every argument and every element of a reply is parsed twice, by the
+ * client and by the server.
  *
  * - The fast path is one SET NX PX with its fence (unless fair waiters are in line: they come
  *   first). Its fence is drawn before the lease is written, and is lost when the lock is taken.
@@ -115,19 +117,20 @@ export const acquireLockScript = script(
   'acquireLock',
   4,
   `${prelude}
-local token, ttl, fair, joins, inLine = ARGV[1], ARGV[2], ARGV[3] == '1', ARGV[4] == '1', ARGV[5] == '1'
+local token, ttl, fair = ARGV[1], ARGV[2], ARGV[3] == '1'
+local waitMs, inLine = tonumber(ARGV[4]), ARGV[5] == '1'
 if not fair or redis.call('EXISTS', line) == 0 then
   local fence = nextFence()
   if redis.call('SET', lease, token, 'NX', 'PX', ttl) then
     if inLine then leaveLine(token) end
-    return {fence, 0}
+    return fence
   end
 end
 local holder = redis.call('GET', lease)
 if holder == token then
   redis.call('PEXPIRE', lease, ttl)
   leaveLine(token)
-  return {nextFence(), 0}
+  return nextFence()
 end
 local nowMs, nowMicros = serverTime()
 dropGoneWaiters(nowMs)
@@ -136,14 +139,14 @@ if not holder then
   if not ahead or ahead == token then
     redis.call('SET', lease, token, 'PX', ttl)
     leaveLine(token)
-    return {nextFence(), 0}
+    return nextFence()
   end
-  redis.call('SET', lease, ahead, 'PX', ARGV[7])
+  redis.call('SET', lease, ahead, 'PX', ARGV[6])
   leaveLine(ahead)
-  tell(ARGV[8], ahead)
+  tell(ARGV[7], ahead)
 end
-if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[6])) end
-return {0, redis.call('PTTL', lease), lastFence()}
+if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs) end
+return {redis.call('PTTL', lease), lastFence()}
 `,
 );
 
@@ -187,9 +190,9 @@ end
  * the waiter extends to its own ttl once told), or frees it and wakes the other waiters. A token
  * that does not hold the lock leaves the line (a waiter giving up).
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
- * ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] successor token or
- * '', ARGV[5] '1' if the successor may go ahead of the line.
- * Returns {1 if the token held the lock else 0, the fence of the lease handed to the successor or 0}.
+ * ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel; with a successor, ARGV[4] its
+ * token and ARGV[5] '1' if it may go ahead of the line.
+ * Returns 1 if the token held the lock, else 0; {1, its fence} when the lock went to the successor.
  */
 export const releaseLockScript = script(
   'releaseLock',
@@ -198,19 +201,19 @@ export const releaseLockScript = script(
 local token, successor = ARGV[1], ARGV[4]
 if redis.call('GET', lease) ~= token then
   leaveLine(token)
-  return {0, 0}
+  return 0
 end
-if successor ~= '' and successorFirst(successor, ARGV[5] == '1') then
+if successor and successorFirst(successor, ARGV[5] == '1') then
   redis.call('SET', lease, successor, 'PX', ARGV[2])
   leaveLine(successor)
   return {1, nextFence()}
 end
 if redis.call('EXISTS', alive) == 0 then
   redis.call('DEL', lease)
-  return {1, 0}
+  return 1
 end
 passOn(ARGV[2], ARGV[3])
-return {1, 0}
+return 1
 `,
 );
 
@@ -255,18 +258,19 @@ end
  * remain — to the fair waiters in line first, in order, then to the caller — or renews the one the
  * token holds already (a retry after a lost reply, or a waiter that missed its handover message).
  * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
- * ARGV[1] token, ARGV[2] limit, ARGV[3] ttl ms, ARGV[4] '1' fair, ARGV[5] '1' to wait in line,
- * ARGV[6] '1' if it joined the line before, ARGV[7] a waiter's liveness ms, ARGV[8] lease ms of a
- * handover, ARGV[9] channel.
- * Returns {fence, 0} if the token holds a permit now, else {0, ms until the first permit runs out,
- * the last fence issued}. Permits handed to waiters ahead move the set's expiry to the last deadline.
+ * ARGV[1] token, ARGV[2] limit, ARGV[3] ttl ms, ARGV[4] '1' fair, ARGV[5] when not granted, wait in
+ * line for this many ms ('0': a last attempt, it does not wait), ARGV[6] '1' if it joined the line
+ * before, ARGV[7] lease ms of a handover, ARGV[8] channel.
+ * Returns the fence (an integer) if the token holds a permit now, else {ms until the first permit
+ * runs out, the last fence issued} (the shape of `acquireLockScript`'s reply, for the same reason).
+ * Permits handed to waiters ahead move the set's expiry to the last deadline.
  */
 export const acquirePermitScript = script(
   'acquirePermit',
   4,
   `${prelude}${permitHandover}
-local token, limit, ttl, fair, joins = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1', ARGV[5] == '1'
-local inLine = ARGV[6] == '1'
+local token, limit, ttl, fair = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
+local waitMs, inLine = tonumber(ARGV[5]), ARGV[6] == '1'
 local handed = false
 local nowMs, nowMicros = serverTime()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
@@ -277,7 +281,7 @@ if not granted and free > 0 and redis.call('EXISTS', alive) == 1 then
   if fair then
     for _, waiter in ipairs(redis.call('ZRANGE', line, 0, free - 1)) do
       if waiter == token then break end
-      handPermit(waiter, nowMs, tonumber(ARGV[8]), ARGV[9])
+      handPermit(waiter, nowMs, tonumber(ARGV[7]), ARGV[8])
       handed = true
       free = free - 1
     end
@@ -289,15 +293,15 @@ if granted or free > 0 then
   if inLine or granted then leaveLine(token) end
   local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', lease, last[2])
-  return {fence, 0}
+  return fence
 end
 if handed then
   local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', lease, last[2])
 end
-if joins then join(token, fair, nowMs, nowMicros, tonumber(ARGV[7])) end
+if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs) end
 local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')
-return {0, first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
+return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
 `,
 );
 
@@ -307,10 +311,10 @@ return {0, first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
  * the first fair waiter in line, or wakes the other waiters. A token that holds no permit leaves the
  * line (a waiter giving up).
  * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
- * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] successor token or '',
- * ARGV[5] '1' if the successor may go ahead of the line.
- * Returns {1 if an unexpired permit was released else 0, the fence of the permit handed to the
- * successor or 0}.
+ * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel; with a successor, ARGV[4] its
+ * token and ARGV[5] '1' if it may go ahead of the line.
+ * Returns 1 if an unexpired permit was released, else 0; {that, its fence} when the freed permit
+ * went to the successor.
  */
 export const releasePermitScript = script(
   'releasePermit',
@@ -320,14 +324,14 @@ local token, successor = ARGV[1], ARGV[4]
 local deadline = redis.call('ZSCORE', lease, token)
 if not deadline then
   leaveLine(token)
-  return {0, 0}
+  return 0
 end
 redis.call('ZREM', lease, token)
 local nowMs = serverTime()
 local released = tonumber(deadline) > nowMs and 1 or 0
 local handedFence = 0
 -- A successor whose own attempt took a permit meanwhile gets no second one.
-if successor ~= '' and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[5] == '1') then
+if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[5] == '1') then
   redis.call('ZADD', lease, nowMs + tonumber(ARGV[2]), successor)
   leaveLine(successor)
   handedFence = nextFence()
@@ -341,7 +345,8 @@ elseif redis.call('EXISTS', alive) == 1 then
   end
 end
 ${expireWithLastLease}
-return {released, handedFence}
+if handedFence > 0 then return {released, handedFence} end
+return released
 `,
 );
 

@@ -192,13 +192,15 @@ export class RedisStore implements LockStore {
     token: string,
     successor?: Successor,
   ): Promise<boolean> {
-    const channel = this.channelOf(kind, id);
-    const args = [token, this.handoverLease, channel, successor?.token ?? '', successor?.jump ? '1' : '0'];
+    const args = [token, this.handoverLease, this.channelOf(kind, id)];
+    if (successor !== undefined) args.push(successor.token, successor.jump ? '1' : '0');
     let handedFence = 0;
     try {
-      const [held, fence] = (await this.runScript(script, id, this.keysOf(kind, id), args)) as [number, number];
-      handedFence = Number(fence);
-      return Number(held) === 1;
+      // 0 or 1: whether it was held; [1, fence]: held, and handed to the successor.
+      const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as number | [number, number];
+      if (typeof reply === 'number') return reply === 1;
+      handedFence = Number(reply[1]);
+      return Number(reply[0]) === 1;
     } finally {
       if (successor !== undefined) this.deliverToSuccessor(script, kind, id, successor, handedFence);
     }
@@ -226,23 +228,20 @@ export class RedisStore implements LockStore {
     args: (string | number)[],
     { fair, liveness, inLine }: AttemptOptions,
   ): Promise<Attempt> {
-    const joins = liveness > 0 ? '1' : '0';
-    const flags = [fair ? '1' : '0', joins, inLine ? '1' : '0'];
-    const rest = [...flags, Math.ceil(liveness), this.handoverLease, this.channelOf(kind, id)];
-    const [fence, retryIn, lastFence] = (await this.runScript(script, id, this.keysOf(kind, id), [
-      ...args,
-      ...rest,
-    ])) as [number, number, string | undefined];
+    args.push(fair ? '1' : '0', Math.ceil(liveness), inLine ? '1' : '0', this.handoverLease, this.channelOf(kind, id));
+    // The fence when granted; else [ms the holder's lease still runs, the last fence issued].
+    const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as number | [number, string];
+    if (typeof reply !== 'number') return { fence: 0, retryIn: Number(reply[0]), lastFence: Number(reply[1]) };
     const { waitForReplicas } = this.options;
-    if (Number(fence) > 0 && waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {
+    if (waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {
       // Not on enough replicas in time: a failover could lose it, and a primary that was failed over
       // while it was away (it has no replicas left) grants what the new primary may have given
       // someone else. Given back: the caller's wait goes on.
       await this.release(kind === 'lock' ? releaseLockScript : releasePermitScript, kind, id, String(args[0]));
       const refusal = `fewer than ${waitForReplicas.replicas} replica(s) acknowledged it within ${waitForReplicas.timeout} ms (waitForReplicas)`;
-      return { fence: 0, retryIn: 0, lastFence: Number(fence), refusal };
+      return { fence: 0, retryIn: 0, lastFence: reply, refusal };
     }
-    return { fence: Number(fence), retryIn: Number(retryIn), lastFence: Number(lastFence ?? 0) };
+    return { fence: reply, retryIn: 0 };
   }
 
   /**
