@@ -48,7 +48,7 @@ describe('wake-ups and fair order on Redis', () => {
   async function untilSubscribers(channel: string, subscribers: number): Promise<unknown[]> {
     const deadline = performance.now() + 5_000;
     for (;;) {
-      const numsub = (await redis.pubsub('NUMSUB', channel)) as unknown[];
+      const numsub = await redis.pubsub('NUMSUB', channel);
       if (numsub[1] === subscribers || performance.now() > deadline) return numsub;
       await delay(10);
     }
