@@ -35,10 +35,11 @@ export class WakeUps {
   private subscriber?: Redis | Cluster;
   private readonly channels = new Map<string, Channel>();
   /**
-   * Open turns by channel and owner token (a handover message names the token on its channel): one
-   * token may wait for several locks at once (a `token` option given to several calls).
+   * Open turns by owner token (a handover message names the token on its channel), oldest first: one
+   * token may wait for several locks at once (a `token` option given to several calls). Keyed by the
+   * token alone, whose string is the same on every call and hashes once, not by a key built anew.
    */
-  private readonly turns = new Map<string, RedisTurn>();
+  private readonly turns = new Map<string, RedisTurn[]>();
   /** The subscriber's connection dropped since it was last ready: its channels must be subscribed again. */
   private connectionLost = false;
   private closed = false;
@@ -56,7 +57,9 @@ export class WakeUps {
   /** See `LockStore.openTurn`: subscribes nothing until the turn first waits. */
   openTurn(channel: string, token: string): Turn {
     const turn = new RedisTurn(this, channel, token);
-    this.turns.set(turnKey(channel, token), turn);
+    const open = this.turns.get(token);
+    if (open === undefined) this.turns.set(token, [turn]);
+    else open.push(turn);
     return turn;
   }
 
@@ -65,15 +68,18 @@ export class WakeUps {
    * handover message would tell it. `false` when that waiter's turn is closed (it stopped waiting).
    */
   handOver(channel: string, token: string, fence: number): boolean {
-    const turn = this.turns.get(turnKey(channel, token));
+    const turn = this.turnOf(channel, token);
     turn?.handed(fence);
     return turn !== undefined;
   }
 
   /** Called by a turn that closes. */
   forget(turn: RedisTurn): void {
-    const key = turnKey(turn.channel, turn.token);
-    if (this.turns.get(key) === turn) this.turns.delete(key);
+    const open = this.turns.get(turn.token);
+    const index = open?.indexOf(turn) ?? -1;
+    if (open === undefined || index < 0) return;
+    if (open.length === 1) this.turns.delete(turn.token);
+    else open.splice(index, 1);
   }
 
   /**
@@ -230,6 +236,11 @@ export class WakeUps {
     }
   }
 
+  /** The open turn of `token` on `channel`; the latest one if the same token waits twice for the same lock. */
+  private turnOf(channel: string, token: string): RedisTurn | undefined {
+    return this.turns.get(token)?.findLast((turn) => turn.channel === channel);
+  }
+
   private deliver(name: string, message: string): void {
     const subscription = this.channels.get(name);
     if (subscription === undefined) return;
@@ -240,7 +251,7 @@ export class WakeUps {
       return;
     }
     const space = message.indexOf(' ');
-    this.turns.get(turnKey(name, message.slice(0, space)))?.handed(Number(message.slice(space + 1)));
+    this.turnOf(name, message.slice(0, space))?.handed(Number(message.slice(space + 1)));
   }
 }
 
@@ -276,10 +287,6 @@ class RedisTurn implements Turn {
   close(): void {
     this.wakeUps.forget(this);
   }
-}
-
-function turnKey(channel: string, token: string): string {
-  return `${channel}\0${token}`;
 }
 
 function wakeAll(subscription: Channel): void {

@@ -71,11 +71,11 @@ export class RedisStore implements LockStore {
     this.handoverLease = Math.max(1_000, 2 * options.commandTimeout);
   }
 
-  async acquireLock(key: string, token: string, ttl: number, options: AttemptOptions): Promise<Attempt> {
+  acquireLock(key: string, token: string, ttl: number, options: AttemptOptions): Promise<Attempt> {
     return this.attempt(acquireLockScript, 'lock', key, [token, toMillis(ttl)], options);
   }
 
-  async releaseLock(key: string, token: string, successor?: Successor): Promise<boolean> {
+  releaseLock(key: string, token: string, successor?: Successor): Promise<boolean> {
     return this.release(releaseLockScript, 'lock', key, token, successor);
   }
 
@@ -87,17 +87,11 @@ export class RedisStore implements LockStore {
     return (await this.run(key, 'EXISTS', () => this.client.exists(this.lockKey(key)))) === 1;
   }
 
-  async acquirePermit(
-    name: string,
-    token: string,
-    limit: number,
-    ttl: number,
-    options: AttemptOptions,
-  ): Promise<Attempt> {
+  acquirePermit(name: string, token: string, limit: number, ttl: number, options: AttemptOptions): Promise<Attempt> {
     return this.attempt(acquirePermitScript, 'semaphore', name, [token, limit, toMillis(ttl)], options);
   }
 
-  async releasePermit(name: string, token: string, successor?: Successor): Promise<boolean> {
+  releasePermit(name: string, token: string, successor?: Successor): Promise<boolean> {
     return this.release(releasePermitScript, 'semaphore', name, token, successor);
   }
 
@@ -276,17 +270,15 @@ export class RedisStore implements LockStore {
 
   private runScript(chosen: RedisScript, key: string, keys: string[], args: (string | number)[]): Promise<unknown> {
     const script = this.wakeUps.sharded ? publishingSharded(chosen) : chosen;
-    return this.run(key, script.name, async (timedOut) => {
-      try {
-        return await this.client.evalsha(script.sha, script.numberOfKeys, ...keys, ...args);
-      } catch (error) {
+    return this.run(key, script.name, (timedOut) =>
+      this.client.evalsha(script.sha, script.numberOfKeys, ...keys, ...args).catch((error: unknown) => {
         // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
         // unless the caller already gave up on this command: resent that late, it would come after the
         // caller's next commands (a release sent again after a new lock with the same token).
         if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
-        return await this.client.eval(script.source, script.numberOfKeys, ...keys, ...args);
-      }
-    });
+        return this.client.eval(script.source, script.numberOfKeys, ...keys, ...args);
+      }),
+    );
   }
 
   /** Runs one store operation: a closed store, a timeout and every client error become `LockBackendError`. */
