@@ -334,6 +334,29 @@ describe('wake-ups and fair order on Redis', () => {
     }
   });
 
+  it('hands a lock by message to a waiter whose own token has spaces in it', async () => {
+    const key = uniqueKey('spaced-token');
+    const other = await bootLockModule({ redis: server.url });
+    try {
+      const holder = await other.locks.lock(key);
+      let releasedAt = Infinity;
+      const token = `a waiter's token ${Date.now()}`;
+      const waiter = grantedAfter(app.locks.lock(key, { token, step: 8_000, maxStep: 8_000 }), () => releasedAt);
+      await untilInLine(key, 1);
+
+      releasedAt = performance.now();
+      await holder.unlock();
+      const { lock, after } = await waiter;
+
+      // The message "<token> <fence>" names it: it holds the lock at once, not after its 8 s step.
+      expect(lock.token).toBe(token);
+      expect(after).toBeLessThan(1_000);
+      await lock.unlock();
+    } finally {
+      await closeLockApp(other);
+    }
+  });
+
   it('returns a lock handed to a waiter that died to the line within a short bound, not a ttl', async () => {
     const key = uniqueKey('dead-waiter');
     const holder = await app.locks.lock(key);

@@ -250,7 +250,8 @@ export class WakeUps {
       subscription.waiters.values().next().value?.settle(0);
       return;
     }
-    const space = message.indexOf(' ');
+    // "<token> <fence>": the fence has no space in it, a caller's own token may.
+    const space = message.lastIndexOf(' ');
     this.turnOf(name, message.slice(0, space))?.handed(Number(message.slice(space + 1)));
   }
 }
