@@ -357,6 +357,35 @@ describe('wake-ups and fair order on Redis', () => {
     }
   });
 
+  it("never takes a handover to the token 'x ' for one to the token 'x' (two holders at once)", async () => {
+    const key = uniqueKey('trailing-space');
+    const [holders, third] = [await bootLockModule({ redis: server.url }), await bootLockModule({ redis: server.url })];
+    try {
+      const holder = await holders.locks.lock(key);
+      const spaced = app.locks.lock(key, { token: 'x ', step: 8_000, maxStep: 8_000 });
+      await untilInLine(key, 1);
+      let plainGranted = false;
+      const plain = third.locks.lock(key, { token: 'x', step: 8_000, maxStep: 8_000 }).then((lock) => {
+        plainGranted = true;
+        return lock;
+      });
+      await untilInLine(key, 2);
+
+      await holder.unlock(); // hands it to 'x ' with the message "x  <fence>"
+      const first = await spaced;
+      await delay(200); // a misread message would have granted 'x' by now
+      expect(plainGranted).toBe(false);
+      expect(await redis.get(store().keysOf('lock', key)[0])).toBe('x ');
+
+      expect(await first.unlock()).toBe(true);
+      const second = await plain;
+      expect(second.fence).toBeGreaterThan(first.fence);
+      expect(await second.unlock()).toBe(true);
+    } finally {
+      await Promise.all([closeLockApp(holders), closeLockApp(third)]);
+    }
+  });
+
   it('returns a lock handed to a waiter that died to the line within a short bound, not a ttl', async () => {
     const key = uniqueKey('dead-waiter');
     const holder = await app.locks.lock(key);
