@@ -87,6 +87,43 @@ describe('LockService on Redis', () => {
     });
   });
 
+  describe('a client made with stringNumbers (integer replies as strings)', () => {
+    it('grants, refuses, renews, hands over and releases as with any client', async () => {
+      const client = new Redis(app.server!.url, { stringNumbers: true });
+      const other = await bootLockModule({ redis: client });
+      try {
+        const key = uniqueKey('string-numbers');
+        const lock = await other.locks.lock(key, { timeout: 1_000 });
+        expect(lock.fence).toBeGreaterThan(0);
+        expect(await other.locks.isLocked(key)).toBe(true);
+        expect(await other.locks.tryLock(key)).toBeNull();
+        expect(await lock.expire(20_000)).toBe(true);
+
+        const waiter = other.locks.lock(key, { step: 5_000, maxStep: 5_000 });
+        while ((await redis.zcard(`lock:{${key}}:line`)) < 1) await delay(10);
+        expect(await lock.unlock()).toBe(true);
+        const next = await waiter;
+        expect(next.fence).toBeGreaterThan(lock.fence);
+        expect(await next.unlock()).toBe(true);
+        expect(await redis.exists(`lock:{${key}}`)).toBe(0);
+
+        // A refused tryLock leaves nothing behind.
+        const holder = await app.locks.lock(key);
+        expect(await other.locks.tryLock(key)).toBeNull();
+        expect(await redis.get(`lock:{${key}}`)).toBe(holder.token);
+        await holder.unlock();
+
+        const permit = await other.semaphores.acquire(key, 1, { timeout: 1_000 });
+        expect(await other.semaphores.count(key)).toBe(1);
+        expect(await permit.expire()).toBe(true);
+        expect(await permit.release()).toBe(true);
+      } finally {
+        await closeLockApp(other);
+        client.disconnect();
+      }
+    });
+  });
+
   describe('bad input', () => {
     it('rejects before sending anything to Redis', async () => {
       const monitor = await redis.monitor();

@@ -80,11 +80,11 @@ export class RedisStore implements LockStore {
   }
 
   async extendLock(key: string, token: string, ttl: number): Promise<boolean> {
-    return (await this.runScript(extendLockScript, key, [this.lockKey(key)], [token, toMillis(ttl)])) === 1;
+    return Number(await this.runScript(extendLockScript, key, [this.lockKey(key)], [token, toMillis(ttl)])) === 1;
   }
 
   async isLocked(key: string): Promise<boolean> {
-    return (await this.run(key, 'EXISTS', () => this.client.exists(this.lockKey(key)))) === 1;
+    return Number(await this.run(key, 'EXISTS', () => this.client.exists(this.lockKey(key)))) === 1;
   }
 
   acquirePermit(name: string, token: string, limit: number, ttl: number, options: AttemptOptions): Promise<Attempt> {
@@ -114,7 +114,9 @@ export class RedisStore implements LockStore {
   }
 
   async extendPermit(name: string, token: string, ttl: number): Promise<boolean> {
-    return (await this.runScript(extendPermitScript, name, [this.semaphoreKey(name)], [token, toMillis(ttl)])) === 1;
+    return (
+      Number(await this.runScript(extendPermitScript, name, [this.semaphoreKey(name)], [token, toMillis(ttl)])) === 1
+    );
   }
 
   async countPermits(name: string): Promise<number> {
@@ -139,7 +141,7 @@ export class RedisStore implements LockStore {
     return Promise.all(
       leases.map(async (lease, i) => {
         const [error, answer] = replies?.[i] ?? [new Error('no reply'), null];
-        if (error === null) return answer === 1;
+        if (error === null) return Number(answer) === 1;
         // The script cache was lost (restart, failover, SCRIPT FLUSH): this one goes alone, by EVAL.
         if (error.message.startsWith('NOSCRIPT')) return extend(lease).catch((failure: LockBackendError) => failure);
         return this.backendError(error, 'renewal', lease.id);
@@ -191,8 +193,8 @@ export class RedisStore implements LockStore {
     let handedFence = 0;
     try {
       // 0 or 1: whether it was held; [1, fence]: held, and handed to the successor.
-      const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as number | [number, number];
-      if (typeof reply === 'number') return reply === 1;
+      const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as Integer | [Integer, Integer];
+      if (!Array.isArray(reply)) return Number(reply) === 1;
       handedFence = Number(reply[1]);
       return Number(reply[0]) === 1;
     } finally {
@@ -224,8 +226,9 @@ export class RedisStore implements LockStore {
   ): Promise<Attempt> {
     args.push(fair ? '1' : '0', Math.ceil(liveness), inLine ? '1' : '0', this.handoverLease, this.channelOf(kind, id));
     // The fence when granted; else [ms the holder's lease still runs, the last fence issued].
-    const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as number | [number, string];
-    if (typeof reply !== 'number') return { fence: 0, retryIn: Number(reply[0]), lastFence: Number(reply[1]) };
+    const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as Integer | [Integer, string];
+    if (Array.isArray(reply)) return { fence: 0, retryIn: Number(reply[0]), lastFence: Number(reply[1]) };
+    const fence = Number(reply);
     const { waitForReplicas } = this.options;
     if (waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {
       // Not on enough replicas in time: a failover could lose it, and a primary that was failed over
@@ -233,9 +236,9 @@ export class RedisStore implements LockStore {
       // someone else. Given back: the caller's wait goes on.
       await this.release(kind === 'lock' ? releaseLockScript : releasePermitScript, kind, id, String(args[0]));
       const refusal = `fewer than ${waitForReplicas.replicas} replica(s) acknowledged it within ${waitForReplicas.timeout} ms (waitForReplicas)`;
-      return { fence: 0, retryIn: 0, lastFence: reply, refusal };
+      return { fence: 0, retryIn: 0, lastFence: fence, refusal };
     }
-    return { fence: reply, retryIn: 0 };
+    return { fence, retryIn: 0 };
   }
 
   /**
@@ -337,7 +340,7 @@ export class RedisStore implements LockStore {
 
   async forceReleaseLock(key: string): Promise<boolean> {
     const args = [this.handoverLease, this.channelOf('lock', key)];
-    return (await this.runScript(forceReleaseLockScript, key, this.keysOf('lock', key), args)) === 1;
+    return Number(await this.runScript(forceReleaseLockScript, key, this.keysOf('lock', key), args)) === 1;
   }
 
   private withTimeout<T>(command: Promise<T>, operation: string, key: string): Promise<T> {
@@ -390,6 +393,9 @@ class CommandDeadlines {
     }
   }
 }
+
+/** An integer reply: a number, or a string when the client was made with ioredis's `stringNumbers`. */
+type Integer = number | string;
 
 /** `{<id>}`, or `{<digest>}<id>` when a brace in `id` could break the hash tag. */
 function hashTagged(id: string): string {
