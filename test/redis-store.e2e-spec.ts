@@ -4,6 +4,7 @@ import { InvalidArgumentError, LockBackendError } from 'nest-lock';
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, createLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
+import { LockStore } from '../libs/lock/src/store/store.js';
 import { RedisServer } from './support/redis-server.js';
 
 /** What only Redis has: its key layout, its script cache, and the ways it fails. */
@@ -122,6 +123,38 @@ describe('LockService on Redis', () => {
         client.disconnect();
       }
     });
+  });
+
+  // The CI failure of stop 17: a waiter's attempt that reached the server in the last millisecond of
+  // the holder's lease got PTTL 0, read as "expiry unknown", and slept its whole 5 s step.
+  describe("a refusal in the holder's last millisecond", () => {
+    it.each(['redis', 'redlock'] as const)(
+      'says the lease runs out (retryIn > 0), never that its expiry is unknown (%s)',
+      async (option) => {
+        const other = await bootLockModule(
+          option === 'redis' ? { redis: app.server!.url } : { redlock: { nodes: [app.server!.url], quarantine: 0 } },
+        );
+        try {
+          const store = other.module.get<LockStore>(LockStore);
+          const key = uniqueKey('last-millisecond');
+          const refusals: number[] = [];
+          for (let round = 0; round < 5; round++) {
+            await redis.set(`lock:{${key}}`, 'holder', 'PX', 3);
+            // Back to back, ~0.1 ms apart: some attempts land in the lease's last millisecond.
+            for (;;) {
+              const answer = await store.acquireLock(key, 'waiter', 1_000, { fair: false, liveness: 0, inLine: false });
+              if (answer.fence > 0) break;
+              refusals.push(answer.retryIn);
+            }
+            await redis.del(`lock:{${key}}`);
+          }
+          expect(refusals.length).toBeGreaterThan(5);
+          expect(refusals.filter((retryIn) => retryIn <= 0)).toEqual([]);
+        } finally {
+          await closeLockApp(other);
+        }
+      },
+    );
   });
 
   describe('bad input', () => {

@@ -29,6 +29,16 @@ export function publishingSharded(original: RedisScript): RedisScript {
 }
 
 /**
+ * A PTTL reply as `Attempt.retryIn`. 0 means the lease ends within the current millisecond (the key
+ * is still there): 1, a retry at once, not 0, which reads as "expiry unknown" and waits a whole step.
+ * -1 (no expiry) and -2 (no key) are unknown.
+ */
+export function leaseRunsOutIn(pttl: number | string): number {
+  const ms = Number(pttl);
+  return ms === 0 ? 1 : ms;
+}
+
+/**
  * What the lock and semaphore scripts share. Every lock or semaphore has, in its hash slot:
  * KEYS[1] the lease (lock string, or the sorted set of permits), KEYS[2] its fence counter,
  * KEYS[3] the **line**: fair waiters in order of arrival (token → server clock in µs), and

@@ -10,6 +10,7 @@ import {
   extendPermitScript,
   forceReleaseLockScript,
   inspectLockScript,
+  leaseRunsOutIn,
   listPermitsScript,
   publishingSharded,
   type RedisScript,
@@ -227,7 +228,7 @@ export class RedisStore implements LockStore {
     args.push(fair ? '1' : '0', Math.ceil(liveness), inLine ? '1' : '0', this.handoverLease, this.channelOf(kind, id));
     // The fence when granted; else [ms the holder's lease still runs, the last fence issued].
     const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as Integer | [Integer, string];
-    if (Array.isArray(reply)) return { fence: 0, retryIn: Number(reply[0]), lastFence: Number(reply[1]) };
+    if (Array.isArray(reply)) return { fence: 0, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
     const fence = Number(reply);
     const { waitForReplicas } = this.options;
     if (waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {

@@ -4,7 +4,7 @@ import { InvalidArgumentError, LockBackendError } from '../lock.errors.js';
 import { driftMargin } from '../lock.options.js';
 import { sleep } from '../lease/wait-for-lease.js';
 import { backendErrorOf, purposeOf } from './backend-messages.js';
-import type { RedisScript } from './redis.scripts.js';
+import { leaseRunsOutIn, type RedisScript } from './redis.scripts.js';
 import {
   redlockAcquireScript,
   redlockExtendScript,
@@ -132,8 +132,9 @@ export class RedlockStore implements LockStore {
         if (BigInt(nodeFence) > fence) fence = BigInt(nodeFence);
         if (Number(mature) === 1) grantedBy.add(runId);
         else young++;
-      } else if (Number(pttl) > 0) {
-        retryIn = Math.min(retryIn, Number(pttl));
+      } else {
+        const runsOutIn = leaseRunsOutIn(pttl);
+        if (runsOutIn > 0) retryIn = Math.min(retryIn, runsOutIn);
       }
     }
     const { quorum } = this.options;
