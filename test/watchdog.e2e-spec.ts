@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Controller, Get, Injectable } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
@@ -12,6 +12,7 @@ import {
   Semaphore,
   WithLock,
 } from 'nest-lock';
+import { Redis } from 'ioredis';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -279,6 +280,30 @@ describe('the watchdog against Redis failures', () => {
       await closeLockApp(app);
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  // Found by the outside review: while a renewal was still on its way past the lease's deadline, the
+  // watchdog re-armed its timer for that (past) deadline on every tick, walking every lease ~1,000
+  // times a second until the answer came (up to a command timeout).
+  it('waits quietly for a renewal still on its way past the deadline: no timer spins meanwhile', async () => {
+    const app = await createLockApp('redis', { commandTimeout: 1_500 });
+    const admin = new Redis(app.server!.url);
+    const timers = jest.spyOn(globalThis, 'setTimeout');
+    try {
+      const lock = await app.locks.lock(uniqueKey('renewal-in-flight'), { ttl: TTL, autoExtend: true });
+      await delay(TTL / 6); // the first renewal is due at a sixth of the ttl: it goes out into the pause
+      await admin.client('PAUSE', 1_000, 'ALL');
+      const armedBefore = timers.mock.calls.length;
+      await delay(1_000);
+
+      // Quiet: a few timers (this test's own delay, a command's); spinning, hundreds.
+      expect(timers.mock.calls.length - armedBefore).toBeLessThan(50);
+      await lock.unlock().catch(() => undefined);
+    } finally {
+      timers.mockRestore();
+      admin.disconnect();
+      await closeLockApp(app);
     }
   });
 

@@ -182,9 +182,14 @@ export class Watchdog {
   }
 }
 
-/** When the watchdog must look at `lease` next: its renewal, or its deadline. */
+/**
+ * When the watchdog must look at `lease` next: its renewal, or its deadline. Never while a renewal is
+ * on its way: its answer decides, and looks again (a past deadline would re-arm the timer at once,
+ * on every tick, until the answer came).
+ */
 function nextEventOf(lease: HeldLease): number {
-  return renews(lease) && !lease.renewing ? Math.min(lease.renewAt, lease.deadline) : lease.deadline;
+  if (lease.renewing) return Infinity;
+  return renews(lease) ? Math.min(lease.renewAt, lease.deadline) : lease.deadline;
 }
 
 /** Renewed: with `autoExtend`, or once to extend a lease handed over for a short while. */
