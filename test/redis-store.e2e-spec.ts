@@ -157,6 +157,26 @@ describe('LockService on Redis', () => {
     );
   });
 
+  it("inspect() on Redlock never says held with a ttl of 0, down to the lease's last millisecond", async () => {
+    const other = await bootLockModule({ redlock: { nodes: [app.server!.url], quarantine: 0 } });
+    try {
+      const key = uniqueKey('last-millisecond-inspect');
+      const heldTtls: number[] = [];
+      for (let round = 0; round < 5; round++) {
+        await other.locks.lock(key, { ttl: 5, timeout: 1_000 });
+        for (;;) {
+          const seen = await other.locks.inspect(key);
+          if (!seen.held) break;
+          heldTtls.push(seen.ttl);
+        }
+      }
+      expect(heldTtls.length).toBeGreaterThan(5);
+      expect(heldTtls.filter((ttl) => ttl <= 0)).toEqual([]);
+    } finally {
+      await closeLockApp(other);
+    }
+  });
+
   describe('bad input', () => {
     it('rejects before sending anything to Redis', async () => {
       const monitor = await redis.monitor();

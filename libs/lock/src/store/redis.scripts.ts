@@ -29,9 +29,9 @@ export function publishingSharded(original: RedisScript): RedisScript {
 }
 
 /**
- * A PTTL reply as `Attempt.retryIn`. 0 means the lease ends within the current millisecond (the key
- * is still there): 1, a retry at once, not 0, which reads as "expiry unknown" and waits a whole step.
- * -1 (no expiry) and -2 (no key) are unknown.
+ * A PTTL reply as the ms a lease still runs. 0 means it ends within the current millisecond (the
+ * key is still there): 1, since 0 reads as "free" in an inspection and as "expiry unknown" in
+ * `Attempt.retryIn` (a waiter would sleep a whole step). -1 (no expiry) and -2 (no key) pass through.
  */
 export function leaseRunsOutIn(pttl: number | string): number {
   const ms = Number(pttl);

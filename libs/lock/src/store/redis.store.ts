@@ -330,7 +330,7 @@ export class RedisStore implements LockStore {
     const [pttl, fence] = (await this.runScript(inspectLockScript, key, keys, [])) as [number, string];
     // -2: no lock; -1: a key without expiry, which nest-lock never writes (a lease that never runs out).
     if (Number(pttl) === -2) return { held: false, ttl: 0, ...(fence === '' ? {} : { fence: Number(fence) }) };
-    const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : Number(pttl);
+    const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : leaseRunsOutIn(pttl);
     return { held: true, ttl, ...(fence === '' ? {} : { fence: Number(fence) }) };
   }
 

@@ -297,7 +297,7 @@ export class RedlockStore implements LockStore {
     for (const [holder, pttl, counter] of answers) {
       if (counter !== '' && BigInt(counter) > fence) fence = BigInt(counter);
       if (holder === '') continue;
-      const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : Number(pttl);
+      const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : leaseRunsOutIn(pttl);
       byHolder.set(holder, [...(byHolder.get(holder) ?? []), ttl]);
     }
     const withFence = fence > 0n ? { fence: Number(fence) } : {};
