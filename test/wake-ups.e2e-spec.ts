@@ -144,6 +144,33 @@ describe('wake-ups and fair order on Redis', () => {
     }
   });
 
+  // Found by the outside review: each waiter's attempt set the expiry of the line and alive sets
+  // from its own liveness, so a waiter that could wait less shortened them for everyone; once it
+  // left, the sets ran out under a waiter still waiting, and the release found nobody to wake.
+  it('keeps a patient waiter in line after a hastier one joined and left: the release still wakes it', async () => {
+    const key = uniqueKey('hasty-waiter');
+    const holders = await bootLockModule({ redis: server.url });
+    const hasty = await bootLockModule({ redis: server.url, commandTimeout: 100 });
+    try {
+      const holder = await holders.locks.lock(key);
+      let releasedAt = Infinity;
+      const patient = grantedAfter(app.locks.lock(key, { step: 5_000, maxStep: 5_000 }), () => releasedAt);
+      await untilInLine(key, 1);
+      // Alive for 2 × (50 + 100) ms after each attempt; it gives up after 150 ms.
+      await expect(hasty.locks.lock(key, { timeout: 150, step: 50, maxStep: 50 })).rejects.toThrow();
+      await delay(1_000);
+
+      releasedAt = performance.now();
+      expect(await holder.unlock()).toBe(true);
+      const { lock, after } = await patient;
+      expect(after).toBeLessThan(1_000); // its step is 5 s: it was woken
+      await lock.unlock();
+    } finally {
+      await closeLockApp(holders);
+      await closeLockApp(hasty);
+    }
+  });
+
   it("grants the lock soon after the holder's lease simply runs out, without a release", async () => {
     const key = uniqueKey('expired-holder');
     await app.locks.lock(key, { ttl: 300 });

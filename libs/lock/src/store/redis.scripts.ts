@@ -90,13 +90,20 @@ local function dropGoneWaiters(nowMs)
   end
 end
 
+-- The sets expire only once every waiter in them is gone: a waiter may lengthen their life, never
+-- shorten it (one that may wait less than another would drop the other out of line, unwoken).
+-- PTTL rather than PEXPIRE's GT option, which needs Redis 7.
+local function outlive(set, ms)
+  if redis.call('PTTL', set) < ms then redis.call('PEXPIRE', set, ms) end
+end
+
 local function join(token, fair, nowMs, nowMicros, liveMs)
   if fair then
     redis.call('ZADD', line, 'NX', nowMicros, token)
-    redis.call('PEXPIRE', line, liveMs * 2)
+    outlive(line, liveMs * 2)
   end
   redis.call('ZADD', alive, nowMs + liveMs, token)
-  redis.call('PEXPIRE', alive, liveMs * 2)
+  outlive(alive, liveMs * 2)
 end
 
 -- Tells one waiter that the lease is its own now, with the fence of its lease.
