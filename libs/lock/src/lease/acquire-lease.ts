@@ -90,7 +90,7 @@ export async function acquireLease(
           throw options.signal.reason;
         }
         lines.won(line, token);
-        const handover = Math.min(store.handoverLease, policy.ttl);
+        const handover = store.handoverLease;
         return {
           token,
           ttl: policy.ttl,
@@ -116,7 +116,7 @@ export async function acquireLease(
         pause: async (wait, signal) => {
           const fence = await turn.wait(wait, signal);
           if (fence === 0) return null;
-          const handover = Math.min(store.handoverLease, policy.ttl);
+          const handover = store.handoverLease;
           // Passed by a release of this process: its lease began after that release was sent.
           const passedAt = lines.passSentAt(line, token, fence);
           if (passedAt !== undefined) return { fence, sentAt: passedAt, serverTtl: handover };
