@@ -182,6 +182,22 @@ describe('wake-ups and fair order on Redis', () => {
     await lock.unlock();
   });
 
+  // Found by the outside review: the next waiter of the holder's own process waits for the holder to
+  // pass it the lock, and that wait was bounded by maxStep alone, not by the holder's lease.
+  it('grants the lock soon after a holder of the same process lets its lease run out, without a release', async () => {
+    const key = uniqueKey('expired-local-holder');
+    for (let round = 0; round < 2; round++) {
+      const started = performance.now();
+      const holder = app.locks.lock(key, { ttl: 300 });
+      const waiter = app.locks.lock(key, { ttl: 300, step: 5_000, maxStep: 5_000 });
+      await holder; // never unlocked
+      const lock = await waiter;
+
+      expect(performance.now() - started).toBeLessThan(1_500);
+      await lock.unlock();
+    }
+  });
+
   // The holder's own store passes the lock straight to its waiter in the release's reply; another
   // store's waiter (another process) is told by a message. Either way a waiter that gives up as the
   // lock reaches it gives it back at once.

@@ -72,11 +72,13 @@ export async function acquireLease(
       return true;
     };
     // A holder of this process passes the lock to this waiter when it releases (see LocalLines): wait
-    // for that rather than join the store's line. The release is sent after this wait began. (Not for
-    // a semaphore: another of its permits may be free now.)
-    if (leaveLocalLine && kind === 'lock' && lines.expectsPass(line, token)) {
+    // for that rather than join the store's line, until its lease runs out at the latest (a holder
+    // that never releases passes nothing). The release is sent after this wait began. (Not for a
+    // semaphore: another of its permits may be free now.)
+    const passBy = leaveLocalLine && kind === 'lock' ? lines.expectsPassBy(line, token) : undefined;
+    if (passBy !== undefined) {
       const waitStart = performance.now();
-      const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart));
+      const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart, passBy + 1 - waitStart));
       const fence = await waitForPass(
         turn,
         limit,
@@ -89,8 +91,8 @@ export async function acquireLease(
           await request.release(token).catch(() => undefined);
           throw options.signal.reason;
         }
-        lines.won(line, token);
         const handover = store.handoverLease;
+        lines.won(line, token, performance.now() + handover);
         return {
           token,
           ttl: policy.ttl,
@@ -133,7 +135,8 @@ export async function acquireLease(
       options.signal,
     );
     if (won === null) return { waited: performance.now() - start, ...(refusal ? { refusal } : {}) };
-    if (leaveLocalLine) lines.won(line, token);
+    // The lease began before its answer came: it runs out on the store by now + its ttl there.
+    if (leaveLocalLine) lines.won(line, token, performance.now() + (won.serverTtl ?? policy.ttl));
     return {
       token,
       ttl: policy.ttl,

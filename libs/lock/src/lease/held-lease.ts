@@ -193,6 +193,7 @@ export class HeldLease {
 
   /** Called by the watchdog (or `expire()`) when a renewal sent at `sentAt` succeeded. */
   renewed(sentAt: number, ttl: number): void {
+    localLines(this.store).renewed(lineOf(this.kind, this.id), this.token, performance.now() + ttl);
     this.mustExtend = false;
     this.validUntil = sentAt + ttl - driftOf(this.store, ttl);
     this.renewAt = sentAt + ttl / 3;

@@ -31,6 +31,8 @@ interface Line {
   passedTo?: string;
   /** The token of the lease a waiter of this line took and has not released yet. */
   holder?: string;
+  /** `performance.now()` by which the holder's lease has run out on the store, unless renewed. */
+  holderRunsOutBy: number;
 }
 
 /**
@@ -66,7 +68,7 @@ export class LocalLines {
   enter(line: string, deadline: number, signal?: AbortSignal): Promise<(() => void) | null> {
     const existing = this.lines.get(line);
     if (existing === undefined) {
-      this.lines.set(line, { waiting: [], tenureStart: -Infinity, passes: 0 });
+      this.lines.set(line, { waiting: [], tenureStart: -Infinity, passes: 0, holderRunsOutBy: Infinity });
       return Promise.resolve(this.leaver(line));
     }
     const { waiting } = existing;
@@ -107,11 +109,15 @@ export class LocalLines {
     if (state) state.head = { token, since };
   }
 
-  /** The head of `line` took the lease: passed on by a release of this process, or from the store. */
-  won(line: string, token: string): void {
+  /**
+   * The head of `line` took the lease (passed on by a release of this process, or from the store),
+   * which runs out on the store by `runsOutBy` unless renewed.
+   */
+  won(line: string, token: string, runsOutBy: number): void {
     const state = this.lines.get(line);
     if (state === undefined) return;
     state.holder = token;
+    state.holderRunsOutBy = runsOutBy;
     if (state.passedTo === token) {
       state.passes++;
     } else {
@@ -121,13 +127,23 @@ export class LocalLines {
     state.passedTo = undefined;
   }
 
-  /**
-   * Whether the head `token` of `line` may count on the lease being passed to it by the holder of
-   * this process (it was waiting when this process took the lease), rather than join the store's line.
-   */
-  expectsPass(line: string, token: string): boolean {
+  /** The holder `token` of `line` renewed its lease: it runs out on the store by `runsOutBy` now. */
+  renewed(line: string, token: string, runsOutBy: number): void {
     const state = this.lines.get(line);
-    return state?.head?.token === token && state.holder !== undefined && this.mayJump(state, state.head);
+    if (state?.holder === token) state.holderRunsOutBy = runsOutBy;
+  }
+
+  /**
+   * When the head `token` of `line` may count on the lease being passed to it by the holder of this
+   * process (it was waiting when this process took the lease), rather than join the store's line: by
+   * when the holder's lease runs out, after which nobody passes it (a holder that never releases).
+   * `undefined` when it may not.
+   */
+  expectsPassBy(line: string, token: string): number | undefined {
+    const state = this.lines.get(line);
+    if (state?.head?.token !== token || state.holder === undefined || !this.mayJump(state, state.head))
+      return undefined;
+    return state.holderRunsOutBy;
   }
 
   /** While the head `token` of `line` waits for a pass: `notPassed` ends that wait if the release does not pass. */
