@@ -1,10 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { InvalidArgumentError, LockBackendError } from 'nest-lock';
+import { InvalidArgumentError, LockBackendError, LockStore } from 'nest-lock';
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, createLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
-import { LockStore } from '../libs/lock/src/store/store.js';
 import { RedisServer } from './support/redis-server.js';
 
 /** What only Redis has: its key layout, its script cache, and the ways it fails. */
