@@ -91,8 +91,9 @@ export async function acquireLease(
           await request.release(token).catch(() => undefined);
           throw options.signal.reason;
         }
-        const handover = store.handoverLease;
-        lines.won(line, token, performance.now() + handover);
+        // The store holds it for its whole handover lease, whatever share of it this holder counts on.
+        lines.won(line, token, performance.now() + store.handoverLease);
+        const handover = Math.min(store.handoverLease, policy.ttl);
         return {
           token,
           ttl: policy.ttl,
@@ -118,7 +119,7 @@ export async function acquireLease(
         pause: async (wait, signal) => {
           const fence = await turn.wait(wait, signal);
           if (fence === 0) return null;
-          const handover = store.handoverLease;
+          const handover = Math.min(store.handoverLease, policy.ttl);
           // Passed by a release of this process: its lease began after that release was sent.
           const passedAt = lines.passSentAt(line, token, fence);
           if (passedAt !== undefined) return { fence, sentAt: passedAt, serverTtl: handover };
@@ -135,8 +136,10 @@ export async function acquireLease(
       options.signal,
     );
     if (won === null) return { waited: performance.now() - start, ...(refusal ? { refusal } : {}) };
-    // The lease began before its answer came: it runs out on the store by now + its ttl there.
-    if (leaveLocalLine) lines.won(line, token, performance.now() + (won.serverTtl ?? policy.ttl));
+    // The lease began before its answer came: it runs out on the store by now + its ttl there (the
+    // whole handover lease for one handed over, whatever share of it this holder counts on).
+    const storeTtl = won.serverTtl === undefined ? policy.ttl : store.handoverLease;
+    if (leaveLocalLine) lines.won(line, token, performance.now() + storeTtl);
     return {
       token,
       ttl: policy.ttl,

@@ -12,8 +12,8 @@ export interface LeaseGrant {
   elapsed: number;
   ttl: number;
   /**
-   * The lease the store applied: `ttl`, or for a lease handed over by a release the store's handover
-   * lease, which the new holder then sets to `ttl` (see `mustExtend`).
+   * The lease the store applied: `ttl`, or for a lease handed over by a release the store's short
+   * handover lease, which the new holder extends to `ttl` at once.
    */
   serverTtl: number;
   /** `performance.now()` before which the lease surely did not start. */
@@ -75,11 +75,11 @@ export class HeldLease {
   private leaseTtl: number;
   /** When the watchdog should renew it next (only with `autoExtend`). */
   renewAt: number;
-  /** How long the lease the store holds now runs: the handover lease until the first renewal, then the ttl. */
+  /** How long the lease the store holds now runs: the short handover lease until the first renewal, then the ttl. */
   serverLease: number;
   /** A renewal is on its way; the watchdog sends no second one. */
   renewing = false;
-  /** Handed over with the store's handover lease: the watchdog sets it to `ttl` once, `autoExtend` or not. */
+  /** Handed over for a short lease: the watchdog extends it to `ttl` once, `autoExtend` or not. */
   mustExtend: boolean;
 
   readonly token: string;
@@ -100,11 +100,9 @@ export class HeldLease {
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
     this.validUntil = grant.sentAt + grant.serverTtl - driftOf(store, grant.serverTtl);
-    // A lease handed over runs for the store's handover lease whatever the ttl asked for: one longer
-    // than the ttl is cut down to it at once (a holder that crashed must not block for longer).
-    this.renewAt = grant.sentAt + (grant.serverTtl > grant.ttl ? 0 : grant.serverTtl / 3);
+    this.renewAt = grant.sentAt + grant.serverTtl / 3;
     this.serverLease = grant.serverTtl;
-    this.mustExtend = grant.serverTtl !== grant.ttl;
+    this.mustExtend = grant.serverTtl < grant.ttl;
     watchdog.track(this);
   }
 
