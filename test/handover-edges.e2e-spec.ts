@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { LockStore, RedisStore } from 'nest-lock';
+import { LockStore, LockTimeoutError, RedisStore } from 'nest-lock';
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
@@ -71,6 +71,45 @@ describe('handover at the edges', () => {
       await once(child, 'exit').catch(() => undefined);
     }
   }, 20_000);
+
+  // Found by the third outside review: a lease passed inside the process was taken however late its
+  // pass was read, even after its lease had run out and another process held the lock: the waiter got
+  // a lock with validity 0 and a fence below the real holder's. It now attempts again instead.
+  it('does not take a lease passed inside the process once that lease has run out by its clock', async () => {
+    const proxy = await DelayProxy.start(server.port);
+    const late = await bootLockModule({ redis: `redis://127.0.0.1:${proxy.port}` });
+    try {
+      // The first lock of a module subscribes it to the wake-up channel, which wakes every waiter.
+      await (await late.locks.lock(uniqueKey('subscribe'))).unlock();
+      for (let round = 0; round < 2; round++) {
+        const key = uniqueKey('stale-pass');
+        // Waiting since before the holder took the lock, the waiter waits for the holder to pass it on
+        // rather than join Redis's line, until the holder's lease runs out (100 ms).
+        const holding = late.locks.lock(key, { ttl: 100, timeout: 4_000, maxStep: 150 });
+        const waiting = late.locks.lock(key, { ttl: 100, timeout: 1_500, maxStep: 150 });
+        waiting.catch(() => undefined);
+        const holder = await holding;
+        const other = app.locks.lock(key, { ttl: 3_000, timeout: 4_000 });
+        await delay(40);
+        // From here answers come 300 ms late. Redis runs the release, which passes the lock to the
+        // waiter, at once. The waiter's wait for the pass ends at the holder's run-out; its attempt
+        // finds the lock its own, but that answer comes after its 100 ms lease: given back, the lock
+        // goes to the other process. The pass is read meanwhile, after its lease ran out: taken, the
+        // waiter held a lock with validity 0 and a fence below the other's, which held it for 3 s.
+        await proxy.setReplyDelay(300);
+        const released = holder.unlock();
+
+        await expect(waiting).rejects.toBeInstanceOf(LockTimeoutError);
+        await proxy.setReplyDelay(0);
+        // Redis ran it at once; its answer, queued behind the waiter's, may come after the command timeout.
+        await released.catch(() => undefined);
+        await (await other).unlock();
+      }
+    } finally {
+      await closeLockApp(late);
+      await proxy.stop();
+    }
+  });
 
   it('a handed-over lease whose first renewal timed out is renewed again within its short handover lease', async () => {
     const proxy = await DelayProxy.start(server.port);

@@ -64,10 +64,13 @@ export async function acquireLease(
     let toldToWaitAt = -Infinity;
     let fenceAtWait = Infinity;
     let refusal: string | undefined;
+    /** Whether a lease of `leaseMs` that began no earlier than `sentAt` still runs by this process's clock. */
+    const stillRuns = (sentAt: number, leaseMs: number) =>
+      performance.now() < sentAt + leaseMs - driftOf(store, leaseMs);
     // A grant whose answer came back after its lease ran out may already be someone else's lock:
     // it is given back, and the wait goes on (as Redlock does with a validity ≤ 0).
     const ranOutOnArrival = async (sentAt: number, leaseMs: number): Promise<boolean> => {
-      if (performance.now() < sentAt + leaseMs - driftOf(store, leaseMs)) return false;
+      if (stillRuns(sentAt, leaseMs)) return false;
       await request.release(token).catch(() => undefined);
       return true;
     };
@@ -91,17 +94,14 @@ export async function acquireLease(
           await request.release(token).catch(() => undefined);
           throw options.signal.reason;
         }
-        // The store holds it for its whole handover lease, whatever share of it this holder counts on.
-        lines.won(line, token, performance.now() + store.handoverLease);
         const handover = Math.min(store.handoverLease, policy.ttl);
-        return {
-          token,
-          ttl: policy.ttl,
-          fence,
-          sentAt: lines.passSentAt(line, token, fence) ?? waitStart,
-          serverTtl: handover,
-          elapsed: performance.now() - start,
-        };
+        const sentAt = lines.passSentAt(line, token, fence) ?? waitStart;
+        // Read after its lease ran out (a late answer): not taken, the attempts below find out.
+        if (stillRuns(sentAt, handover)) {
+          // The store holds it for its whole handover lease, whatever share of it this holder counts on.
+          lines.won(line, token, performance.now() + store.handoverLease);
+          return { token, ttl: policy.ttl, fence, sentAt, serverTtl: handover, elapsed: performance.now() - start };
+        }
       }
     }
     const won = await waitForLease(
@@ -122,12 +122,14 @@ export async function acquireLease(
           const handover = Math.min(store.handoverLease, policy.ttl);
           // Passed by a release of this process: its lease began after that release was sent.
           const passedAt = lines.passSentAt(line, token, fence);
-          if (passedAt !== undefined) return { fence, sentAt: passedAt, serverTtl: handover };
-          if (fence > fenceAtWait && performance.now() < toldToWaitAt + handover - driftOf(store, handover)) {
+          if (passedAt !== undefined && stillRuns(passedAt, handover)) {
+            return { fence, sentAt: passedAt, serverTtl: handover };
+          }
+          if (passedAt === undefined && fence > fenceAtWait && stillRuns(toldToWaitAt, handover)) {
             return { fence, sentAt: toldToWaitAt, serverTtl: handover };
           }
-          // Stale, or too old for this waiter's clock to vouch for: the next attempt finds out (a lease
-          // still its own is granted again, with a new fence).
+          // Stale, or too old for this waiter's clock to vouch for (read late, or after a lease it was
+          // given back): the next attempt finds out (a lease still its own is granted again, with a new fence).
           return null;
         },
         release: () => request.release(token),
