@@ -109,19 +109,30 @@ export class LockService implements OnModuleDestroy {
     );
   }
 
-  /** Releases `key` if `token` holds it (e.g. a token handed over from another process). */
+  /**
+   * Releases `key` if `token` holds it (e.g. a token handed over from another process). A `Lock` of
+   * this process with that token is lost at once, before the release is sent (its `signal` aborts with
+   * `LockLostError`, reason `taken`): its holder must not count on the lease while another owner may
+   * take it. A holder in another process learns it at its next renewal, as after `forceUnlock`.
+   */
   async unlock(key: string, token: string): Promise<boolean> {
     validateKey('key', key);
     validateKey('token', token);
+    this.watchdog.leaseOf('lock', key, token)?.lose('taken');
     return this.store.releaseLock(key, token);
   }
 
-  /** Resets the lease of `key` to `ttl` if `token` holds it. */
+  /**
+   * Resets the lease of `key` to `ttl` if `token` holds it. A lease this process holds is extended as
+   * its holder's `expire(ttl)` would: its `validity`, renewals and lost-lease deadline follow the new
+   * lease. A holder in another process cannot know: it renews with its own ttl at its next renewal.
+   */
   async expire(key: string, token: string, ttl: number): Promise<boolean> {
     validateKey('key', key);
     validateKey('token', token);
     validateLeaseTtl(this.store, ttl);
-    return this.store.extendLock(key, token, ttl);
+    const held = this.watchdog.leaseOf('lock', key, token);
+    return held ? held.expire(ttl) : this.store.extendLock(key, token, ttl);
   }
 
   async isLocked(key: string): Promise<boolean> {

@@ -77,8 +77,12 @@ export class HeldLease {
   renewAt: number;
   /** How long the lease the store holds now runs: the short handover lease until the first renewal, then the ttl. */
   serverLease: number;
-  /** A renewal is on its way; the watchdog sends no second one. */
-  renewing = false;
+  /**
+   * Settles once the extension on its way (a renewal, or `expire()`) has been answered and its answer
+   * applied; `undefined` when none is. One at a time: Redis applies the commands of a lease in the order
+   * they were sent, and so are their answers here — an older answer never undoes a newer one.
+   */
+  private extension?: Promise<void>;
   /** Handed over for a short lease: the watchdog extends it to `ttl` once, `autoExtend` or not. */
   mustExtend: boolean;
 
@@ -134,26 +138,63 @@ export class HeldLease {
     return this.validUntil;
   }
 
+  /** An extension (a renewal, or `expire()`) is on its way; the watchdog sends no second one. */
+  get renewing(): boolean {
+    return this.extension !== undefined;
+  }
+
   /**
-   * Resets the remaining lease to `ttl` (default: the ttl it was taken with); later renewals use
-   * it too. `false` if the lease is no longer ours, which also aborts `signal`.
+   * Resets the remaining lease to `ttl` (default: the ttl it was taken with); renewals use it from
+   * now on. `false` if the lease is no longer ours, which also aborts `signal`. Waits for a renewal
+   * on its way to be answered first, so that the two never both decide.
    */
   async expire(ttl: number = this.leaseTtl): Promise<boolean> {
     validateLeaseTtl(this.store, ttl);
+    while (this.extension !== undefined) await this.extension;
     if (this.state !== 'held') return false;
-    const sentAt = performance.now();
-    const renewed =
-      this.kind === 'lock'
-        ? await this.store.extendLock(this.id, this.token, ttl)
-        : await this.store.extendPermit(this.id, this.token, ttl);
-    if (this.state !== 'held') return false;
-    if (!renewed) {
-      this.lose('taken');
+    this.leaseTtl = ttl;
+    const sent = this.extensionSent(ttl);
+    let renewed: boolean;
+    try {
+      renewed =
+        this.kind === 'lock'
+          ? await this.store.extendLock(this.id, this.token, ttl)
+          : await this.store.extendPermit(this.id, this.token, ttl);
+    } catch (error) {
+      sent.answered('failed');
+      throw error;
+    }
+    if (this.state !== 'held') {
+      sent.answered('failed');
       return false;
     }
-    this.leaseTtl = ttl;
-    this.renewed(sentAt, ttl);
-    return true;
+    sent.answered(renewed ? 'renewed' : 'lost');
+    return renewed;
+  }
+
+  /**
+   * An extension of the lease to `ttl` is being sent now (nothing else is on its way for it). Until its
+   * answer comes, the server may apply it at any moment: the lease is surely ours only up to the sooner
+   * of the lease it has and the one this extension sets, so a shorter `ttl` counts at once. `answered`
+   * applies the answer: renewed from the send time, lost, or failed (the lease may or may not have been
+   * extended: it keeps the sooner deadline).
+   */
+  extensionSent(ttl: number): { answered(outcome: 'renewed' | 'lost' | 'failed'): void } {
+    const sentAt = performance.now();
+    this.validUntil = Math.min(this.validUntil, sentAt + ttl - driftOf(this.store, ttl));
+    let settle!: () => void;
+    this.extension = new Promise<void>((resolve) => (settle = resolve));
+    return {
+      answered: (outcome) => {
+        this.extension = undefined;
+        settle();
+        if (this.state !== 'held') return;
+        if (outcome === 'renewed') this.renewed(sentAt, ttl);
+        else if (outcome === 'lost') this.lose('taken');
+        // Its renewal, or its deadline, may now come sooner than the watchdog's timer.
+        if (this.state === 'held') this.watchdog.track(this);
+      },
+    };
   }
 
   /**
@@ -189,8 +230,8 @@ export class HeldLease {
     }
   }
 
-  /** Called by the watchdog (or `expire()`) when a renewal sent at `sentAt` succeeded. */
-  renewed(sentAt: number, ttl: number): void {
+  /** An extension sent at `sentAt` succeeded. */
+  private renewed(sentAt: number, ttl: number): void {
     localLines(this.store).renewed(lineOf(this.kind, this.id), this.token, performance.now() + ttl);
     this.mustExtend = false;
     this.validUntil = sentAt + ttl - driftOf(this.store, ttl);

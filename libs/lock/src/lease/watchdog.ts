@@ -1,6 +1,6 @@
 import { errorMessage, LockBackendError, type LockLostError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../lock.options.js';
-import type { LeaseRenewal, LockStore } from '../store/store.js';
+import type { LeaseKind, LeaseRenewal, LockStore } from '../store/store.js';
 import type { HeldLease } from './held-lease.js';
 
 /**
@@ -14,6 +14,8 @@ import type { HeldLease } from './held-lease.js';
  */
 export class Watchdog {
   private readonly leases = new Set<HeldLease>();
+  /** The same leases by kind, id and owner token (the latest, if one token holds one key twice). */
+  private readonly byOwner = new Map<string, HeldLease>();
   /** Releases being retried, by kind, id and token. */
   private readonly releaseRetries = new Map<string, { timer?: NodeJS.Timeout; cancelled: boolean }>();
   private timer?: NodeJS.Timeout;
@@ -28,9 +30,13 @@ export class Watchdog {
     readonly logger: { warn(message: string): void },
   ) {}
 
+  /** Keeps `lease`, or looks at its times again after they moved (an extension was answered). */
   track(lease: HeldLease): void {
     if (this.closed) return;
-    this.leases.add(lease);
+    if (!this.leases.has(lease)) {
+      this.leases.add(lease);
+      this.byOwner.set(retryKeyOf(lease), lease);
+    }
     // Leases taken later with the same ttl fall due later: most calls change no timer.
     const due = nextEventOf(lease);
     if (due < this.timerDue) this.schedule(due);
@@ -38,6 +44,13 @@ export class Watchdog {
 
   untrack(lease: HeldLease): void {
     this.leases.delete(lease);
+    const key = retryKeyOf(lease);
+    if (this.byOwner.get(key) === lease) this.byOwner.delete(key);
+  }
+
+  /** The lease of `kind` on `id` that `token` holds in this process, if one does (released and lost ones are not kept). */
+  leaseOf(kind: LeaseKind, id: string, token: string): HeldLease | undefined {
+    return this.byOwner.get(retryKeyOf({ kind, id, token }));
   }
 
   /** Logs a lost lease once and tells the module's `onLockLost` hook; neither ever throws. */
@@ -110,6 +123,7 @@ export class Watchdog {
     clearTimeout(this.timer);
     this.timerDue = Infinity;
     this.leases.clear();
+    this.byOwner.clear();
     for (const retrying of this.releaseRetries.values()) {
       retrying.cancelled = true;
       clearTimeout(retrying.timer);
@@ -155,28 +169,24 @@ export class Watchdog {
   }
 
   private async renew(leases: HeldLease[]): Promise<void> {
-    const sentAt = performance.now();
-    const ttls = leases.map((lease) => lease.ttl);
-    for (const lease of leases) lease.renewing = true;
+    const renewals = leases.map((lease) => ({ kind: lease.kind, id: lease.id, token: lease.token, ttl: lease.ttl }));
+    const sent = leases.map((lease, i) => lease.extensionSent(renewals[i].ttl));
     let answers: (boolean | LockBackendError)[];
     try {
-      answers = await this.store.extendLeases(
-        leases.map((lease, i) => ({ kind: lease.kind, id: lease.id, token: lease.token, ttl: ttls[i] })),
-      );
+      answers = await this.store.extendLeases(renewals);
     } catch (error) {
       const failure = error instanceof LockBackendError ? error : new LockBackendError(errorMessage(error));
       answers = leases.map(() => failure);
     }
 
     leases.forEach((lease, i) => {
-      lease.renewing = false;
-      if (!this.leases.has(lease)) return; // released (or lost) meanwhile: the answer changes nothing
       const answer = answers[i];
-      if (answer === true) lease.renewed(sentAt, ttls[i]);
-      else if (answer === false || !answer.transient) lease.lose('taken');
+      if (answer === true) return sent[i].answered('renewed');
+      if (answer === false || !answer.transient) return sent[i].answered('lost');
       // A failed renewal is tried again soon, until the lease's deadline says it is lost.
       // (by the lease the store holds now: a handed-over lease is short until its first renewal)
-      else lease.renewAt = performance.now() + Math.max(lease.serverLease / 10, 5);
+      lease.renewAt = performance.now() + Math.max(lease.serverLease / 10, 5);
+      sent[i].answered('failed');
     });
     this.scheduleNext();
   }
@@ -197,6 +207,7 @@ function renews(lease: HeldLease): boolean {
   return lease.policy.autoExtend || lease.mustExtend;
 }
 
+/** `kind`, `id` and `token` as one string: a lease, or the release of one, by its owner. */
 function retryKeyOf({ kind, id, token }: Omit<LeaseRenewal, 'ttl'>): string {
   return `${kind}\0${id}\0${token}`;
 }
