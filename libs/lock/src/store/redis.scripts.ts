@@ -45,11 +45,13 @@ export function leaseRunsOutIn(pttl: number | string): number {
  * KEYS[4] the **alive** set: every waiter, fair or not (token → deadline in ms), which a waiter
  * pushes back with each attempt. A waiter that stops attempting (it died, or gave up without
  * being able to say so) drops out once its deadline passes, so it never blocks the line.
+ * A semaphore has KEYS[5] too, the **limits** of its waiters (token → the limit it asked for):
+ * a permit handed to a waiter must fit under that waiter's own limit.
  * Releases publish on the wake-up channel: a bare message wakes waiters (one per process), `<token> <fence>`
  * tells one waiter that the lease was handed to it.
  */
 const prelude = `
-local lease, counter, line, alive = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lease, counter, line, alive, limits = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 
 local function serverTime()
   local time = redis.call('TIME')
@@ -80,6 +82,7 @@ end
 local function leaveLine(token)
   redis.call('ZREM', line, token)
   redis.call('ZREM', alive, token)
+  if limits then redis.call('HDEL', limits, token) end
 end
 
 local function dropGoneWaiters(nowMs)
@@ -87,6 +90,7 @@ local function dropGoneWaiters(nowMs)
   if #gone > 0 then
     redis.call('ZREM', line, unpack(gone))
     redis.call('ZREM', alive, unpack(gone))
+    if limits then redis.call('HDEL', limits, unpack(gone)) end
   end
 end
 
@@ -261,20 +265,54 @@ local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
 if last[2] then redis.call('PEXPIREAT', KEYS[1], last[2]) end
 `;
 
-/** Gives a permit to a waiter in line (for a handover lease it extends once told); needs `prelude`. */
+/**
+ * Gives permits to the fair waiters in line (for a handover lease each extends once told); needs
+ * `prelude`. Every caller's own limit holds for it: a waiter is granted a permit only while, with it,
+ * no more permits are held than the limit it asked for (kept in KEYS[5] while it waits). The line is
+ * served in order: a first waiter that does not fit holds back those behind it, so that a lowered
+ * limit takes effect (the count drains down to it) rather than starving its callers.
+ */
 const permitHandover = `
+-- The limit a waiter asked for when it joined; nil when it did not join (or nest-lock did not record it).
+local function limitOf(waiter)
+  return tonumber(redis.call('HGET', limits, waiter))
+end
+
 local function handPermit(waiter, nowMs, handoverMs, channel)
   redis.call('ZADD', lease, nowMs + handoverMs, waiter)
   leaveLine(waiter)
   tell(channel, waiter)
 end
+
+-- Hands permits to the waiters in line, first come first served, while the first fits under its own
+-- limit with \`held\` permits held; stops at \`stopAt\` (the caller, which takes its own). Returns the
+-- permits held then, whether a waiter that does not fit is first in line (holding back those behind
+-- it), and how many permits were handed.
+local function serveLine(held, nowMs, handoverMs, channel, stopAt)
+  local handed = 0
+  while true do
+    local first = redis.call('ZRANGE', line, 0, 0)[1]
+    if not first or first == stopAt then return held, false, handed end
+    if redis.call('ZSCORE', lease, first) then
+      -- It holds one already (its own attempt took it, and the reply that said so was lost).
+      leaveLine(first)
+    else
+      local limit = limitOf(first)
+      if not limit or held >= limit then return held, true, handed end
+      handPermit(first, nowMs, handoverMs, channel)
+      held = held + 1
+      handed = handed + 1
+    end
+  end
+end
 `;
 
 /**
- * One attempt to take a permit: drops expired permits, then grants one if fewer than `limit`
- * remain — to the fair waiters in line first, in order, then to the caller — or renews the one the
- * token holds already (a retry after a lost reply, or a waiter that missed its handover message).
- * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
+ * One attempt to take a permit: drops expired permits, serves the fair waiters in line ahead of the
+ * caller (see `permitHandover`), then grants one to the caller if, with it, no more than its `limit`
+ * are held and no waiter ahead is held back — or renews the one the token holds already (a retry after
+ * a lost reply, or a waiter that missed its handover message). A caller that waits records its limit.
+ * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive, KEYS[5] limits.
  * ARGV[1] token, ARGV[2] limit, ARGV[3] ttl ms, ARGV[4] '1' fair, ARGV[5] when not granted, wait in
  * line for this many ms ('0': a last attempt, it does not wait), ARGV[6] '1' if it joined the line
  * before, ARGV[7] lease ms of a handover, ARGV[8] channel.
@@ -284,27 +322,20 @@ end
  */
 export const acquirePermitScript = script(
   'acquirePermit',
-  4,
+  5,
   `${prelude}${permitHandover}
 local token, limit, ttl, fair = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local waitMs, inLine = tonumber(ARGV[5]), ARGV[6] == '1'
-local handed = false
 local nowMs, nowMicros = serverTime()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local granted = redis.call('ZSCORE', lease, token)
-local free = limit - redis.call('ZCARD', lease)
-if not granted and free > 0 and redis.call('EXISTS', alive) == 1 then
+local held = redis.call('ZCARD', lease)
+local heldBack, handed = false, 0
+if not granted and fair and redis.call('EXISTS', alive) == 1 then
   dropGoneWaiters(nowMs)
-  if fair then
-    for _, waiter in ipairs(redis.call('ZRANGE', line, 0, free - 1)) do
-      if waiter == token then break end
-      handPermit(waiter, nowMs, tonumber(ARGV[7]), ARGV[8])
-      handed = true
-      free = free - 1
-    end
-  end
+  held, heldBack, handed = serveLine(held, nowMs, tonumber(ARGV[7]), ARGV[8], token)
 end
-if granted or free > 0 then
+if granted or (held < limit and not heldBack) then
   local fence = nextFence()
   redis.call('ZADD', lease, nowMs + ttl, token)
   if inLine or granted then leaveLine(token) end
@@ -312,11 +343,15 @@ if granted or free > 0 then
   redis.call('PEXPIREAT', lease, last[2])
   return fence
 end
-if handed then
+if handed > 0 then
   local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', lease, last[2])
 end
-if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs) end
+if waitMs > 0 then
+  join(token, fair, nowMs, nowMicros, waitMs)
+  redis.call('HSET', limits, token, limit)
+  outlive(limits, waitMs * 2)
+end
 local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')
 return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
 `,
@@ -324,10 +359,11 @@ return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
 
 /**
  * Gives a permit back (a permit whose lease already ran out is dropped but reported as not ours),
- * then hands the freed permit to the successor the caller names (as `releaseLockScript` does), or to
- * the first fair waiter in line, or wakes the other waiters. A token that holds no permit leaves the
- * line (a waiter giving up).
- * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
+ * then hands the freed permit to the successor the caller names (as `releaseLockScript` does) if it
+ * fits under the successor's own limit, and serves the fair waiters in line (see `permitHandover`);
+ * when nobody was handed one, wakes the other waiters. A token that holds no permit leaves the line
+ * (a waiter giving up).
+ * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive, KEYS[5] limits.
  * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel; with a successor, ARGV[4] its
  * token and ARGV[5] '1' if it may go ahead of the line.
  * Returns 1 if an unexpired permit was released, else 0; {that, its fence} when the freed permit
@@ -335,7 +371,7 @@ return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
  */
 export const releasePermitScript = script(
   'releasePermit',
-  4,
+  5,
   `${prelude}${permitHandover}${successorFirst}
 local token, successor = ARGV[1], ARGV[4]
 local deadline = redis.call('ZSCORE', lease, token)
@@ -345,21 +381,22 @@ if not deadline then
 end
 redis.call('ZREM', lease, token)
 local nowMs = serverTime()
+redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local released = tonumber(deadline) > nowMs and 1 or 0
+local held = redis.call('ZCARD', lease)
 local handedFence = 0
--- A successor whose own attempt took a permit meanwhile gets no second one.
-if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[5] == '1') then
+-- A successor whose own attempt took a permit meanwhile gets no second one, nor one beyond its own limit.
+if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[5] == '1')
+    and held < (limitOf(successor) or 0) then
   redis.call('ZADD', lease, nowMs + tonumber(ARGV[2]), successor)
   leaveLine(successor)
   handedFence = nextFence()
-elseif redis.call('EXISTS', alive) == 1 then
+  held = held + 1
+end
+if redis.call('EXISTS', alive) == 1 then
   dropGoneWaiters(nowMs)
-  local first = redis.call('ZRANGE', line, 0, 0)[1]
-  if first then
-    handPermit(first, nowMs, tonumber(ARGV[2]), ARGV[3])
-  else
-    redis.call('PUBLISH', ARGV[3], '')
-  end
+  local _, _, handed = serveLine(held, nowMs, tonumber(ARGV[2]), ARGV[3])
+  if handed == 0 and handedFence == 0 then redis.call('PUBLISH', ARGV[3], '') end
 end
 ${expireWithLastLease}
 if handedFence > 0 then return {released, handedFence} end

@@ -164,11 +164,14 @@ export class RedisStore implements LockStore {
 
   /**
    * Every Redis key one lock or semaphore touches, all in one cluster slot: its own key, its fence
-   * counter, its line of fair waiters and the liveness of all its waiters.
+   * counter, its line of fair waiters, the liveness of all its waiters, and for a semaphore the limit
+   * each waiter asked for.
    */
   keysOf(kind: LeaseKind, id: string): string[] {
     const main = this.mainKey(kind, id);
-    return [main, `${main}:fence`, `${main}:line`, `${main}:alive`];
+    const keys = [main, `${main}:fence`, `${main}:line`, `${main}:alive`];
+    // A semaphore's waiters each ask for their own limit.
+    return kind === 'lock' ? keys : [...keys, `${main}:limits`];
   }
 
   /** The wake-up channel of a lock or semaphore, in the slot of its keys (for sharded pub/sub). */

@@ -1,0 +1,111 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { Permit } from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  bootLockModule,
+  closeLockApp,
+  createLockApp,
+  type LockApp,
+  STORE_KINDS,
+  uniqueKey,
+} from './support/lock-app.js';
+
+/**
+ * Callers of one semaphore name with different limits (a rolling deploy that lowers a limit): each
+ * caller's own limit holds for it — nobody is granted a permit while, with it, more permits would be
+ * held than that caller's limit — whoever grants it (its own attempt, another caller's attempt, a
+ * release, a release of its own process).
+ */
+describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
+  let app: LockApp;
+  /** Two more applications on the same server (other processes, as far as Redis can tell); the same app in memory. */
+  let second: LockApp;
+  let third: LockApp;
+
+  beforeAll(async () => {
+    app = await createLockApp(kind);
+    second = kind === 'redis' ? await bootLockModule({ redis: app.server!.url }) : app;
+    third = kind === 'redis' ? await bootLockModule({ redis: app.server!.url }) : app;
+  });
+  afterAll(async () => {
+    if (third !== app) await closeLockApp(third);
+    if (second !== app) await closeLockApp(second);
+    await closeLockApp(app);
+  });
+
+  /** A fair wait for a permit (limit `limit`) that records how many permits were held right after its grant. */
+  function waitFor(from: LockApp, name: string, limit: number) {
+    const state: { permit?: Permit; heldAtGrant?: number; error?: unknown } = {};
+    const done = from.semaphores.acquire(name, limit, { timeout: 4_000, maxStep: 100 }).then(
+      async (permit) => {
+        state.permit = permit;
+        state.heldAtGrant = await app.semaphores.count(name);
+      },
+      (error: unknown) => {
+        state.error = error;
+      },
+    );
+    return { state, done };
+  }
+
+  it('never hands a waiting caller a permit beyond its own limit when a caller with a higher limit arrives', async () => {
+    const name = uniqueKey('lowered-on-arrival');
+    const holder = await app.semaphores.acquire(name, 1);
+    const waiter = waitFor(second, name, 1);
+    await delay(100);
+
+    const higher = await third.semaphores.tryAcquire(name, 3);
+    await delay(200);
+
+    // The waiter may only hold a permit alone (its limit is 1).
+    if (waiter.state.permit) expect(waiter.state.heldAtGrant).toBeLessThanOrEqual(1);
+    expect(waiter.state.permit).toBeUndefined();
+    await higher?.release();
+    await holder.release();
+    await waiter.done;
+    expect(waiter.state.permit).toBeDefined();
+    expect(waiter.state.heldAtGrant).toBe(1);
+    await waiter.state.permit?.release();
+  });
+
+  it.each([
+    ['another process', () => second],
+    ['the holder’s own process', () => app],
+  ])('never hands a permit freed by a release to a waiter (in %s) beyond its own limit', async (_, waiterApp) => {
+    const name = uniqueKey('lowered-on-release');
+    const holder = await app.semaphores.acquire(name, 1);
+    const higher = await third.semaphores.acquire(name, 3);
+    expect(await app.semaphores.count(name)).toBe(2);
+    const waiter = waitFor(waiterApp(), name, 1);
+    await delay(100);
+
+    await holder.release();
+    await delay(300);
+    // One permit is still held (limit 3): a waiter of limit 1 must not be in beside it.
+    expect(waiter.state.permit).toBeUndefined();
+
+    await higher.release();
+    await waiter.done;
+    expect(waiter.state.permit).toBeDefined();
+    expect(waiter.state.heldAtGrant).toBe(1);
+    await waiter.state.permit?.release();
+  });
+
+  it('lets a waiter with a higher limit in beside holders of a lower one, as its limit allows', async () => {
+    const name = uniqueKey('raised');
+    const holder = await app.semaphores.acquire(name, 1);
+    const waiter = waitFor(second, name, 1);
+    await delay(100);
+    const higher = waitFor(third, name, 3);
+    await delay(100);
+
+    // The first waiter (limit 1) goes first once the holder leaves; the one behind it (limit 3) fits beside it.
+    await holder.release();
+    await Promise.all([waiter.done, higher.done]);
+    expect(waiter.state.permit).toBeDefined();
+    expect(higher.state.permit).toBeDefined();
+    expect(await app.semaphores.count(name)).toBe(2);
+    await waiter.state.permit?.release();
+    await higher.state.permit?.release();
+  });
+});
