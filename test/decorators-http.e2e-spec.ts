@@ -51,6 +51,19 @@ class OrdersController {
     return body;
   }
 
+  // A key function that throws on input it did not expect, and a template whose getter throws.
+  @Post('by-function')
+  @WithLock((body: { order: { id: string } }) => `order:${body.order.id}`)
+  async byFunction(@Body() body: unknown) {
+    return body;
+  }
+
+  @Post('by-getter')
+  @WithLock('order:{0.id}')
+  async byGetter(@Body() _body: unknown) {
+    return { getter: 'ran' };
+  }
+
   @Get(':id/events')
   @WithLock('order:{0}')
   events(@Param('id') id: string): Observable<{ id: string }> {
@@ -130,6 +143,29 @@ describe.each(STORE_KINDS)('@WithLock and @Semaphore over HTTP, on the %s store'
     expect(response.body).toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'key' });
     expect((response.body as { message: string }).message).toContain('{0.orderId}');
     expect(await locks.isLocked('order:undefined')).toBe(false);
+  });
+
+  it('answers 400 (not 500) when the key function throws, naming the key argument', async () => {
+    const response = await request(http()).post('/orders/by-function').send({});
+
+    expect(response.status).toBe(400);
+    expect(response.body).toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'key' });
+    expect((response.body as { message: string }).message).toContain('the key function threw');
+  });
+
+  it('answers 400 (not 500) when a getter on a template placeholder throws', async () => {
+    const controller = app.get(OrdersController);
+    const body = Object.defineProperty({}, 'id', {
+      get() {
+        throw new Error('no id yet');
+      },
+    });
+
+    const error = await controller.byGetter(body).catch((e: unknown) => e);
+
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'key' });
+    expect((error as Error).message).toContain('{0.id}');
+    expect((error as Error).cause).toEqual(new Error('no id yet'));
   });
 
   it('holds the lock of an Observable handler until the Observable completes', async () => {

@@ -68,8 +68,10 @@ export class InvalidArgumentError extends LockError {
     /** The argument or option at fault, e.g. `ttl` or `defaults.ratio`. */
     readonly argument: string,
     message: string,
+    /** What went wrong while reading it: the error a key function or a getter threw. */
+    options?: ErrorOptions,
   ) {
-    super(`Invalid ${argument}: ${message}`);
+    super(`Invalid ${argument}: ${message}`, options);
   }
 }
 

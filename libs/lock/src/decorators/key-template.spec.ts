@@ -37,6 +37,43 @@ describe('compileKeyTemplate', () => {
     expect(() => compileKeyTemplate(() => undefined as unknown as string)([])).toThrow(InvalidArgumentError);
   });
 
+  it('turns a key function that throws into InvalidArgumentError (key), with the error as its cause', () => {
+    const failure = new TypeError("Cannot read properties of undefined (reading 'id')");
+    const keyOf = compileKeyTemplate(() => {
+      throw failure;
+    });
+
+    let error: unknown;
+    try {
+      keyOf([]);
+    } catch (thrown) {
+      error = thrown;
+    }
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error).toMatchObject({ argument: 'key', cause: failure });
+    expect((error as Error).message).toContain('the key function threw');
+    expect((error as Error).message).toContain(failure.message);
+  });
+
+  it('turns a getter that throws on a placeholder path into InvalidArgumentError (key), with the error as its cause', () => {
+    const failure = new Error('not loaded');
+    const order = Object.defineProperty({}, 'customer', {
+      get() {
+        throw failure;
+      },
+    });
+
+    let error: unknown;
+    try {
+      compileKeyTemplate('order:{0.customer.id}')([order]);
+    } catch (thrown) {
+      error = thrown;
+    }
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error).toMatchObject({ argument: 'key', cause: failure });
+    expect((error as Error).message).toContain('{0.customer.id} of "order:{0.customer.id}"');
+  });
+
   it.each(['order:{id}', 'order:{}', 'order:{0.}', ''])(
     'refuses the template %p when the class is defined',
     (template) => {

@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from '../lock.errors.js';
+import { errorMessage, InvalidArgumentError } from '../lock.errors.js';
 
 /** A lock key from a decorated method's arguments: a template like `'order:{0.id}'`, or a function. */
 // `any[]` so that a function with the method's own parameter types fits, e.g. `(order: Order) => …`.
@@ -14,12 +14,19 @@ type Part = string | { placeholder: string; index: number; path: string[] };
 /**
  * Compiles a template once, when the class is defined, into a function of the method's
  * arguments. A placeholder that resolves to `undefined`, `null`, `''` or an object rejects
- * with `InvalidArgumentError`, so that no call ever locks `order:undefined`.
+ * with `InvalidArgumentError`, so that no call ever locks `order:undefined`; so does a key
+ * function or a getter on a placeholder's path that throws (with what it threw as the `cause`):
+ * the caller's input could not make a key, which is a 400 on a route, not a 500.
  */
 export function compileKeyTemplate(template: KeyTemplate): (args: unknown[]) => string {
   if (typeof template === 'function') {
     return (args) => {
-      const key: unknown = template(...args);
+      let key: unknown;
+      try {
+        key = template(...args);
+      } catch (error) {
+        throw new InvalidArgumentError('key', `the key function threw: ${errorMessage(error)}`, { cause: error });
+      }
       if (typeof key !== 'string' || key === '') {
         throw new InvalidArgumentError('key', `the key function returned ${describe(key)}, not a non-empty string`);
       }
@@ -54,8 +61,16 @@ function parse(template: string): Part[] {
 
 function resolve(template: string, part: Exclude<Part, string>, args: unknown[]): string {
   let value: unknown = args[part.index];
-  for (const property of part.path) {
-    value = value == null ? undefined : (value as Record<string, unknown>)[property];
+  try {
+    for (const property of part.path) {
+      value = value == null ? undefined : (value as Record<string, unknown>)[property];
+    }
+  } catch (error) {
+    throw new InvalidArgumentError(
+      'key',
+      `${part.placeholder} of "${template}" could not be read: ${errorMessage(error)}`,
+      { cause: error },
+    );
   }
   if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
   if (typeof value === 'string' && value !== '') return value;
