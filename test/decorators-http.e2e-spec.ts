@@ -54,7 +54,7 @@ class OrdersController {
   // A key function that throws on input it did not expect, and a template whose getter throws.
   @Post('by-function')
   @WithLock((body: { order: { id: string } }) => `order:${body.order.id}`)
-  async byFunction(@Body() body: unknown) {
+  async byFunction(@Body() body: { order: { id: string } }) {
     return body;
   }
 
