@@ -2,7 +2,15 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
 import { LockStore, type RedisStore } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
-import { closeLockApp, createLockApp, type LockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
+import {
+  bootLockModule,
+  closeLockApp,
+  createLockApp,
+  type LockApp,
+  STORE_KINDS,
+  uniqueKey,
+  useLockApp,
+} from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
 import { runWorkers } from './support/workers.js';
 
@@ -122,15 +130,45 @@ describe('fencing tokens', () => {
       await closeLockApp(app);
     });
 
-    it('keeps the counter without a ttl after the lock key expired', async () => {
+    it('keeps the counter long after the lock key expired, with an expiry of its own (an hour by default)', async () => {
       const key = uniqueKey('fence-counter');
-      const [lockKey, ...companions] = app.module.get<typeof LockStore, RedisStore>(LockStore).keysOf('lock', key);
+      const [lockKey, counter] = app.module.get<typeof LockStore, RedisStore>(LockStore).keysOf('lock', key);
       await app.locks.lock(key, { ttl: 50 });
       await delay(150);
 
       expect(await redis.exists(lockKey)).toBe(0);
-      const counters = await Promise.all(companions.map((companion) => redis.pttl(companion)));
-      expect(counters).toContain(-1);
+      const counterTtl = await redis.pttl(counter);
+      expect(counterTtl).toBeGreaterThan(3_500_000);
+      expect(counterTtl).toBeLessThanOrEqual(3_600_000);
+    });
+
+    it('lets the counters expire after fenceCounterTtl, and fences keep increasing from the server clock', async () => {
+      const shortLived = await bootLockModule({ redis: app.server!.url, keyPrefix: 'short:', fenceCounterTtl: 1_000 });
+      try {
+        const key = uniqueKey('fence-expiring');
+        const name = uniqueKey('fence-expiring-permits');
+        const store = shortLived.module.get<typeof LockStore, RedisStore>(LockStore);
+        const lock = await shortLived.locks.lock(key);
+        await lock.unlock();
+        const permit = await shortLived.semaphores.acquire(name, 1);
+        await permit.release();
+        const counters = [store.keysOf('lock', key)[1], store.keysOf('semaphore', name)[1]];
+        expect(await Promise.all(counters.map((counter) => redis.pttl(counter)))).toEqual([
+          expect.any(Number),
+          expect.any(Number),
+        ]);
+        for (const counter of counters) expect(await redis.pttl(counter)).toBeGreaterThan(0);
+
+        await delay(1_200);
+        expect(await redis.exists(...counters)).toBe(0);
+        const later = await shortLived.locks.lock(key);
+        const laterPermit = await shortLived.semaphores.acquire(name, 1);
+        expect(later.fence).toBeGreaterThan(lock.fence);
+        expect(laterPermit.fence).toBeGreaterThan(permit.fence);
+        await Promise.all([later.unlock(), laterPermit.release()]);
+      } finally {
+        await closeLockApp(shortLived);
+      }
     });
 
     it('keeps increasing after FLUSHALL and after a restart without persistence (seeded from the server clock)', async () => {

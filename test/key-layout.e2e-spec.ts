@@ -224,6 +224,71 @@ describe('the Redis key layout', () => {
     });
   });
 
+  describe('with long keys', () => {
+    /** The longest Redis key name nest-lock may write: prefix, digest tag, a readable head of the key, a suffix. */
+    const LONGEST_NAME = 300;
+
+    it('stores a key or name above 200 bytes under a digest: no Redis key name is long, whatever the key', async () => {
+      const layout = layoutOf(app);
+      for (const key of ['x'.repeat(10_000), `{${'y'.repeat(5_000)}}`, '🔒'.repeat(60), 'é'.repeat(101)]) {
+        for (const kind of KINDS) {
+          for (const redisKey of layout.keysOf(kind, key)) {
+            expect(Buffer.byteLength(redisKey)).toBeLessThanOrEqual(LONGEST_NAME);
+          }
+        }
+      }
+      // At the bound, a key is still its own tag.
+      expect(layout.keysOf('lock', 'k'.repeat(200))[0]).toBe(`lock:{${'k'.repeat(200)}}`);
+    });
+
+    it('keeps long keys that differ only in their last character apart', async () => {
+      const common = 'order:'.repeat(2_000);
+      const first = await app.locks.lock(`${common}1`, { timeout: 0 });
+      const second = await app.locks.lock(`${common}2`, { timeout: 0 });
+      expect(await app.locks.tryLock(`${common}1`)).toBeNull();
+      const permit = await app.semaphores.acquire(`${common}1`, 1, { timeout: 0 });
+      expect(await app.semaphores.tryAcquire(`${common}1`, 1)).toBeNull();
+      expect(await app.semaphores.count(`${common}2`)).toBe(0);
+
+      await Promise.all([first.unlock(), second.unlock(), permit.release()]);
+      expect(await app.locks.isLocked(`${common}1`)).toBe(false);
+    });
+
+    it('leaves nothing in Redis without an expiry, nor with a long name, after 10,000 lock/unlock cycles over distinct 10 kB keys', async () => {
+      const longKeys = await bootLockModule({ redis: server.url, keyPrefix: 'long:' });
+      try {
+        const head = 'k'.repeat(10_000);
+        let next = 0;
+        const fences: number[] = [];
+        await Promise.all(
+          Array.from({ length: 16 }, async () => {
+            while (next < 10_000) {
+              const i = next++;
+              if (i % 10 === 0) {
+                const permit = await longKeys.semaphores.acquire(`${head}:${i}`, 2, { timeout: 0 });
+                fences.push(permit.fence);
+                await permit.release();
+              } else {
+                const lock = await longKeys.locks.lock(`${head}:${i}`, { timeout: 0 });
+                fences.push(lock.fence);
+                await lock.unlock();
+              }
+            }
+          }),
+        );
+        expect(fences.every((fence) => fence > 0)).toBe(true);
+
+        const left = (await scanAll(redis)).filter((redisKey) => redisKey.startsWith('long:'));
+        expect(left.length).toBeGreaterThan(0);
+        const pttls = await Promise.all(left.map((redisKey) => redis.pttl(redisKey)));
+        expect(left.filter((_, i) => pttls[i] < 0)).toEqual([]);
+        expect(left.filter((redisKey) => Buffer.byteLength(redisKey) > LONGEST_NAME)).toEqual([]);
+      } finally {
+        await closeLockApp(longKeys);
+      }
+    }, 120_000);
+  });
+
   describe('on a plain server', () => {
     it('locks every tricky key for one owner at a time, and semaphores of every tricky name', async () => {
       const other = await bootLockModule({ redis: server.url });

@@ -83,6 +83,7 @@ async function createStore({
   keyPrefix,
   commandTimeout,
   waitForReplicas,
+  fenceCounterTtl,
   logger: loggerOption,
 }: ResolvedModuleOptions): Promise<LockStore> {
   const logger = createLockLogger(loggerOption, 'LockModule');
@@ -92,7 +93,15 @@ async function createStore({
       nodes.map(async (node): Promise<Redis> => (isRedisClient(node) ? node : connectModuleClient(node, logger))),
     );
     const ownsClients = nodes.map((node) => !isRedisClient(node));
-    return new RedlockStore(clients, { keyPrefix, commandTimeout, quorum, driftFactor, quarantine, ownsClients });
+    return new RedlockStore(clients, {
+      keyPrefix,
+      commandTimeout,
+      quorum,
+      driftFactor,
+      quarantine,
+      ownsClients,
+      fenceCounterTtl,
+    });
   }
   if (redis === undefined) {
     if (store !== 'memory') {
@@ -103,8 +112,8 @@ async function createStore({
     return new MemoryStore();
   }
   if (isRedisClient(redis)) {
-    return new RedisStore(redis, { keyPrefix, commandTimeout, ownsClient: false, waitForReplicas });
+    return new RedisStore(redis, { keyPrefix, commandTimeout, ownsClient: false, waitForReplicas, fenceCounterTtl });
   }
   const client = await connectModuleClient(redis, logger);
-  return new RedisStore(client, { keyPrefix, commandTimeout, ownsClient: true, waitForReplicas });
+  return new RedisStore(client, { keyPrefix, commandTimeout, ownsClient: true, waitForReplicas, fenceCounterTtl });
 }

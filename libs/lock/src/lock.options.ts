@@ -78,6 +78,12 @@ export interface LockModuleOptions {
   redlock?: RedlockOptions;
   /** Prefix of every Redis key the library writes. */
   keyPrefix?: string;
+  /**
+   * How long a key's fence counter stays in Redis after the last fence drawn from it (ms, ≥ 1,000;
+   * default an hour). A fence drawn after that is the server clock in µs, far above every earlier
+   * fence of the key unless the clock went back by more than this meanwhile (docs/API.md, "Fences").
+   */
+  fenceCounterTtl?: number;
   /** Defaults of every lock and permit; each call may override them. */
   defaults?: Partial<LeaseDefaults> & {
     /** Whether `withLock`, `withPermit` and the decorators renew their lease while they run (default `true`). */
@@ -194,6 +200,9 @@ export const DEFAULT_LEASE: Readonly<LeaseDefaults> = Object.freeze({
 });
 
 export const DEFAULT_KEY_PREFIX = 'lock:';
+export const DEFAULT_FENCE_COUNTER_TTL = 3_600_000;
+/** Below it, a step back of the server clock that NTP makes routinely could reorder fences. */
+const SHORTEST_FENCE_COUNTER_TTL = 1_000;
 export const DEFAULT_COMMAND_TIMEOUT = 1_000;
 export const DEFAULT_AUTO_EXTEND = true;
 export const DEFAULT_FAIR = true;
@@ -205,6 +214,7 @@ export interface ResolvedModuleOptions {
   store?: LockModuleOptions['store'];
   redlock?: ResolvedRedlockOptions;
   keyPrefix: string;
+  fenceCounterTtl: number;
   defaults: Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
   commandTimeout: number;
   waitForReplicas?: { replicas: number; timeout: number };
@@ -219,6 +229,7 @@ const MODULE_OPTION_NAMES = new Set([
   'store',
   'redlock',
   'keyPrefix',
+  'fenceCounterTtl',
   'defaults',
   'commandTimeout',
   'waitForReplicas',
@@ -244,6 +255,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     store,
     redlock,
     keyPrefix = DEFAULT_KEY_PREFIX,
+    fenceCounterTtl = DEFAULT_FENCE_COUNTER_TTL,
     defaults = {},
     commandTimeout = DEFAULT_COMMAND_TIMEOUT,
     waitForReplicas,
@@ -286,6 +298,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     ...(store === undefined ? {} : { store }),
     ...(resolvedRedlock === undefined ? {} : { redlock: resolvedRedlock }),
     keyPrefix,
+    fenceCounterTtl: validateFenceCounterTtl(fenceCounterTtl),
     defaults: Object.freeze({
       ...lease,
       autoExtend: validateBoolean(defaults.autoExtend, 'defaults.autoExtend') ?? DEFAULT_AUTO_EXTEND,
@@ -331,6 +344,18 @@ function validateWaitForReplicas(
     );
   }
   return { replicas, timeout };
+}
+
+/** A duration of at least `SHORTEST_FENCE_COUNTER_TTL` ms. */
+function validateFenceCounterTtl(ttl: unknown): number {
+  duration('fenceCounterTtl', ttl);
+  if ((ttl as number) < SHORTEST_FENCE_COUNTER_TTL) {
+    throw new InvalidArgumentError(
+      'fenceCounterTtl',
+      `must be at least ${SHORTEST_FENCE_COUNTER_TTL} ms: the server clock must never go back by more than it; got ${ttl as number}`,
+    );
+  }
+  return ttl as number;
 }
 
 /** `false`, or an object with the methods every Nest `LoggerService` has. */

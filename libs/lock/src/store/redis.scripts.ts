@@ -52,6 +52,8 @@ export function leaseRunsOutIn(pttl: number | string): number {
  */
 const prelude = `
 local lease, counter, line, alive, limits = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- How long (ms) a fence counter outlives the last fence drawn from it: set by each script that draws fences.
+local counterTtl
 
 local function serverTime()
   local time = redis.call('TIME')
@@ -62,14 +64,16 @@ end
 -- The next fence: the server clock in microseconds, or one more than the last fence when that is
 -- ahead. It increases even when the counter was lost (a restart without persistence, a FLUSHALL)
 -- or restored from an older snapshot, as long as the server clock does not go back. The counter
--- never expires. SET ... GET reads the last fence and writes the next in one command; drawn before
--- a lease is written, a counter of the wrong type fails the script before it takes anything.
+-- only matters while fences are drawn faster than the clock ticks: it expires counterTtl after the
+-- last fence, when the clock is that far past it (docs/API.md, "Fences"). SET ... GET reads the last
+-- fence and writes the next in one command; drawn before a lease is written, a counter of the wrong
+-- type fails the script before it takes anything.
 local function nextFence()
   local _, micros = serverTime()
   -- '%.0f': Lua would write a number this large in exponent notation, rounded.
-  local last = tonumber(redis.call('SET', counter, string.format('%.0f', micros), 'GET')) or 0
+  local last = tonumber(redis.call('SET', counter, string.format('%.0f', micros), 'GET', 'PX', counterTtl)) or 0
   if last < micros then return micros end
-  redis.call('SET', counter, string.format('%.0f', last + 1))
+  redis.call('SET', counter, string.format('%.0f', last + 1), 'PX', counterTtl)
   return last + 1
 end
 
@@ -121,7 +125,7 @@ end
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
  * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] when not granted, wait
  * in line for this many ms ('0': a last attempt, it does not wait), ARGV[5] '1' if it joined the
- * line before, ARGV[6] lease ms of a handover, ARGV[7] channel.
+ * line before, ARGV[6] lease ms of a handover, ARGV[7] channel, ARGV[8] fence counter ttl ms.
  * Returns the fence (an integer) when the token holds the lock now; else {ms the holder's lease
  * still runs, the last fence issued}. A bare integer, and few arguments, because the uncontended
  * call is the one that counts: every argument and every element of a reply is parsed twice, by the
@@ -140,6 +144,7 @@ export const acquireLockScript = script(
   `${prelude}
 local token, ttl, fair = ARGV[1], ARGV[2], ARGV[3] == '1'
 local waitMs, inLine = tonumber(ARGV[4]), ARGV[5] == '1'
+counterTtl = ARGV[8]
 if not fair or redis.call('EXISTS', line) == 0 then
   local fence = nextFence()
   if redis.call('SET', lease, token, 'NX', 'PX', ttl) then
@@ -211,20 +216,21 @@ end
  * the waiter extends to its own ttl once told), or frees it and wakes the other waiters. A token
  * that does not hold the lock leaves the line (a waiter giving up).
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
- * ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel; with a successor, ARGV[4] its
- * token and ARGV[5] '1' if it may go ahead of the line.
+ * ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] fence counter ttl ms;
+ * with a successor, ARGV[5] its token and ARGV[6] '1' if it may go ahead of the line.
  * Returns 1 if the token held the lock, else 0; {1, its fence} when the lock went to the successor.
  */
 export const releaseLockScript = script(
   'releaseLock',
   4,
   `${prelude}${lockPassOn}${successorFirst}
-local token, successor = ARGV[1], ARGV[4]
+local token, successor = ARGV[1], ARGV[5]
+counterTtl = ARGV[4]
 if redis.call('GET', lease) ~= token then
   leaveLine(token)
   return 0
 end
-if successor and successorFirst(successor, ARGV[5] == '1') then
+if successor and successorFirst(successor, ARGV[6] == '1') then
   redis.call('SET', lease, successor, 'PX', ARGV[2])
   leaveLine(successor)
   return {1, nextFence()}
@@ -315,7 +321,7 @@ end
  * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive, KEYS[5] limits.
  * ARGV[1] token, ARGV[2] limit, ARGV[3] ttl ms, ARGV[4] '1' fair, ARGV[5] when not granted, wait in
  * line for this many ms ('0': a last attempt, it does not wait), ARGV[6] '1' if it joined the line
- * before, ARGV[7] lease ms of a handover, ARGV[8] channel.
+ * before, ARGV[7] lease ms of a handover, ARGV[8] channel, ARGV[9] fence counter ttl ms.
  * Returns the fence (an integer) if the token holds a permit now, else {ms until the first permit
  * runs out, the last fence issued} (the shape of `acquireLockScript`'s reply, for the same reason).
  * Permits handed to waiters ahead move the set's expiry to the last deadline.
@@ -326,6 +332,7 @@ export const acquirePermitScript = script(
   `${prelude}${permitHandover}
 local token, limit, ttl, fair = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local waitMs, inLine = tonumber(ARGV[5]), ARGV[6] == '1'
+counterTtl = ARGV[9]
 local nowMs, nowMicros = serverTime()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local granted = redis.call('ZSCORE', lease, token)
@@ -364,8 +371,8 @@ return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
  * when nobody was handed one, wakes the other waiters. A token that holds no permit leaves the line
  * (a waiter giving up).
  * KEYS[1] permits, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive, KEYS[5] limits.
- * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel; with a successor, ARGV[4] its
- * token and ARGV[5] '1' if it may go ahead of the line.
+ * ARGV[1] token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] fence counter ttl ms; with a
+ * successor, ARGV[5] its token and ARGV[6] '1' if it may go ahead of the line.
  * Returns 1 if an unexpired permit was released, else 0; {that, its fence} when the freed permit
  * went to the successor.
  */
@@ -373,7 +380,8 @@ export const releasePermitScript = script(
   'releasePermit',
   5,
   `${prelude}${permitHandover}${successorFirst}
-local token, successor = ARGV[1], ARGV[4]
+local token, successor = ARGV[1], ARGV[5]
+counterTtl = ARGV[4]
 local deadline = redis.call('ZSCORE', lease, token)
 if not deadline then
   leaveLine(token)
@@ -386,7 +394,7 @@ local released = tonumber(deadline) > nowMs and 1 or 0
 local held = redis.call('ZCARD', lease)
 local handedFence = 0
 -- A successor whose own attempt took a permit meanwhile gets no second one, nor one beyond its own limit.
-if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[5] == '1')
+if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[6] == '1')
     and held < (limitOf(successor) or 0) then
   redis.call('ZADD', lease, nowMs + tonumber(ARGV[2]), successor)
   leaveLine(successor)
@@ -476,13 +484,14 @@ return remaining
  * freed and the waiters are woken — without knowing the token. The holder finds it gone at its
  * next renewal (a lost lease).
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] line, KEYS[4] alive.
- * ARGV[1] lease ms of a handover, ARGV[2] channel.
+ * ARGV[1] lease ms of a handover, ARGV[2] channel, ARGV[3] fence counter ttl ms.
  * Returns 1 if the lock was held, else 0.
  */
 export const forceReleaseLockScript = script(
   'forceReleaseLock',
   4,
   `${prelude}${lockPassOn}
+counterTtl = ARGV[3]
 if not redis.call('GET', lease) then
   return 0
 end

@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
-import { createHash } from 'node:crypto';
 import { LockBackendError } from '../lock.errors.js';
+import { hashTagged, toMillis } from './key-layout.js';
 import { backendErrorOf, unansweredError } from './backend-messages.js';
 import {
   acquireLockScript,
@@ -38,6 +38,8 @@ export interface RedisStoreOptions {
   ownsClient: boolean;
   /** After a granted attempt or a handover, `WAIT replicas timeout`: a lease the replicas did not acknowledge is given back. */
   waitForReplicas?: { replicas: number; timeout: number } | undefined;
+  /** How long a fence counter outlives the last fence drawn from it (ms). */
+  fenceCounterTtl: number;
 }
 
 /**
@@ -192,7 +194,7 @@ export class RedisStore implements LockStore {
     token: string,
     successor?: Successor,
   ): Promise<boolean> {
-    const args = [token, this.handoverLease, this.channelOf(kind, id)];
+    const args = [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
     if (successor !== undefined) args.push(successor.token, successor.jump ? '1' : '0');
     let handedFence = 0;
     try {
@@ -228,7 +230,14 @@ export class RedisStore implements LockStore {
     args: (string | number)[],
     { fair, liveness, inLine }: AttemptOptions,
   ): Promise<Attempt> {
-    args.push(fair ? '1' : '0', Math.ceil(liveness), inLine ? '1' : '0', this.handoverLease, this.channelOf(kind, id));
+    args.push(
+      fair ? '1' : '0',
+      Math.ceil(liveness),
+      inLine ? '1' : '0',
+      this.handoverLease,
+      this.channelOf(kind, id),
+      this.options.fenceCounterTtl,
+    );
     // The fence when granted; else [ms the holder's lease still runs, the last fence issued].
     const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as Integer | [Integer, string];
     if (Array.isArray(reply)) return { fence: 0, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
@@ -343,7 +352,7 @@ export class RedisStore implements LockStore {
   }
 
   async forceReleaseLock(key: string): Promise<boolean> {
-    const args = [this.handoverLease, this.channelOf('lock', key)];
+    const args = [this.handoverLease, this.channelOf('lock', key), this.options.fenceCounterTtl];
     return Number(await this.runScript(forceReleaseLockScript, key, this.keysOf('lock', key), args)) === 1;
   }
 
@@ -400,13 +409,3 @@ class CommandDeadlines {
 
 /** An integer reply: a number, or a string when the client was made with ioredis's `stringNumbers`. */
 type Integer = number | string;
-
-/** `{<id>}`, or `{<digest>}<id>` when a brace in `id` could break the hash tag. */
-function hashTagged(id: string): string {
-  return /[{}]/.test(id) ? `{${createHash('sha256').update(id).digest('hex').slice(0, 32)}}${id}` : `{${id}}`;
-}
-
-/** `PX` takes whole milliseconds; rounding up never shortens a lease. */
-function toMillis(ttl: number): number {
-  return Math.ceil(ttl);
-}

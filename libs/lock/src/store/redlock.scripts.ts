@@ -7,7 +7,7 @@ function script(name: string, numberOfKeys: number, source: string): RedisScript
 
 /**
  * What the per-node scripts of `RedlockStore` share. On each master a lock has KEYS[1] its lease
- * (a string: the owner's token, with PX), KEYS[2] its fence counter (never expires), and the node
+ * (a string: the owner's token, with PX), KEYS[2] its fence counter (expires a while after its last fence), and the node
  * has KEYS[3], its **birth marker** (`<prefix>redlock:born`): `<run_id>:<ms>`, the server process's
  * run_id (new at every start) and the server's clock when nest-lock first saw that process. A master
  * that restarted has forgotten the leases it granted since its last snapshot, whether it came back
@@ -42,11 +42,12 @@ local function mature(quarantineMs)
   return 0
 end
 
--- The single store's rule: the server clock in µs, or one more than the last fence when that is ahead.
-local function nextFence()
-  local last = tonumber(redis.call('SET', counter, string.format('%.0f', nowMicros), 'GET')) or 0
+-- The single store's rule: the server clock in µs, or one more than the last fence when that is ahead;
+-- the counter expires counterTtl ms after the last fence drawn from it (docs/API.md, "Fences").
+local function nextFence(counterTtl)
+  local last = tonumber(redis.call('SET', counter, string.format('%.0f', nowMicros), 'GET', 'PX', counterTtl)) or 0
   if last < nowMicros then return nowMicros end
-  redis.call('SET', counter, string.format('%.0f', last + 1))
+  redis.call('SET', counter, string.format('%.0f', last + 1), 'PX', counterTtl)
   return last + 1
 end
 `;
@@ -57,7 +58,7 @@ end
  * lease if the token holds it already (a retry after a lost reply). A young node takes it too, but
  * says it is young: the caller does not count it.
  * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] birth marker.
- * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] quarantine ms.
+ * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] quarantine ms, ARGV[4] fence counter ttl ms.
  * Returns {1, fence (decimal string), 0, mature, run_id} when the token holds the lock on this node
  * now; {0, '0', PTTL of the holder's lease, mature, run_id} when another token holds it. The run_id
  * lets the caller count one server once, however many of its nodes name it.
@@ -72,7 +73,7 @@ local holder = redis.call('GET', lease)
 if holder and holder ~= token then
   return {0, '0', redis.call('PTTL', lease), isMature, runId}
 end
-local fence = nextFence()
+local fence = nextFence(ARGV[4])
 redis.call('SET', lease, token, 'PX', ttl)
 return {1, string.format('%.0f', fence), 0, isMature, runId}
 `,
@@ -81,8 +82,9 @@ return {1, string.format('%.0f', fence), 0, isMature, runId}
 /**
  * The max rule's write-back: raises the node's fence counter to the lease's fence (the largest
  * fence among the nodes that granted it), so that any later quorum, which shares a node with this
- * one, draws a larger fence. Never lowers it.
- * KEYS[1] fence counter. ARGV[1] the lease's fence (decimal string).
+ * one, draws a larger fence. Never lowers it. A counter already at or above it keeps the expiry of
+ * the fence that put it there, drawn no later than now.
+ * KEYS[1] fence counter. ARGV[1] the lease's fence (decimal string), ARGV[2] fence counter ttl ms.
  * Returns 1.
  */
 export const redlockRaiseFenceScript = script(
@@ -90,7 +92,7 @@ export const redlockRaiseFenceScript = script(
   1,
   `
 local last = tonumber(redis.call('GET', KEYS[1])) or 0
-if last < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+if last < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) end
 return 1
 `,
 );

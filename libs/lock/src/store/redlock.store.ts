@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
-import { createHash } from 'node:crypto';
 import { InvalidArgumentError, LockBackendError } from '../lock.errors.js';
 import { driftMargin } from '../lock.options.js';
 import { sleep } from '../lease/wait-for-lease.js';
+import { hashTagged, toMillis } from './key-layout.js';
 import { backendErrorOf, purposeOf } from './backend-messages.js';
 import { leaseRunsOutIn, type RedisScript } from './redis.scripts.js';
 import {
@@ -39,6 +39,8 @@ export interface RedlockStoreOptions {
   quarantine: number;
   /** Per node, in the order of `clients`: whether `close()` quits it (the module made it). */
   ownsClients: readonly boolean[];
+  /** How long a fence counter outlives the last fence drawn from it (ms). */
+  fenceCounterTtl: number;
 }
 
 /** One node's answer, or its error. */
@@ -116,7 +118,13 @@ export class RedlockStore implements LockStore {
     const timeout = this.nodeTimeout(ttl);
     const keys = this.lockKeys(key);
     const results = await this.onAll(key, 'acquireLock', timeout, (client, timedOut) =>
-      this.evalScript(client, redlockAcquireScript, keys, [token, toMillis(ttl), this.options.quarantine], timedOut),
+      this.evalScript(
+        client,
+        redlockAcquireScript,
+        keys,
+        [token, toMillis(ttl), this.options.quarantine, this.options.fenceCounterTtl],
+        timedOut,
+      ),
     );
     // Servers (by run_id), not nodes: one server listed under two names must not count twice.
     const grantedBy = new Set<string>();
@@ -141,7 +149,13 @@ export class RedlockStore implements LockStore {
     if (grantedBy.size >= quorum && this.validity(start, ttl) > 0) {
       // The max rule: the lease's fence is raised on a quorum before anybody is told of it.
       const raised = await this.onAll(key, 'acquireLock', timeout, (client, timedOut) =>
-        this.evalScript(client, redlockRaiseFenceScript, [keys[1]], [fence.toString()], timedOut),
+        this.evalScript(
+          client,
+          redlockRaiseFenceScript,
+          [keys[1]],
+          [fence.toString(), this.options.fenceCounterTtl],
+          timedOut,
+        ),
       );
       if (raised.filter((result) => result.ok).length >= quorum && this.validity(start, ttl) > 0) {
         return { fence: Number(fence), retryIn: 0 };
@@ -449,14 +463,4 @@ export class RedlockStore implements LockStore {
       return await client.eval(script.source, script.numberOfKeys, ...keys, ...args);
     }
   }
-}
-
-/** `{<id>}`, or `{<digest>}<id>` when a brace in `id` could break the hash tag: `RedisStore`'s layout. */
-function hashTagged(id: string): string {
-  return /[{}]/.test(id) ? `{${createHash('sha256').update(id).digest('hex').slice(0, 32)}}${id}` : `{${id}}`;
-}
-
-/** `PX` takes whole milliseconds; rounding up never shortens a lease. */
-function toMillis(ttl: number): number {
-  return Math.ceil(ttl);
 }

@@ -1,0 +1,37 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * How a user's key (or semaphore name) becomes the hash tag of its Redis keys, on one Redis and on
+ * every Redlock master alike. The key itself is the tag, `{<key>}`, so that every Redis key of one
+ * lock lives in one cluster slot — except:
+ *
+ * - a key holding `{` or `}`, which could end the tag early or make it empty (`}abc`): the tag is a
+ *   digest of the key, followed by the key itself, `{<digest>}<key>`, so that distinct keys still
+ *   never share a Redis key;
+ * - a key longer than `LONGEST_KEY_BYTES` (UTF-8): `{<digest>}#<its first 32 characters, braces
+ *   dropped>`, so that no Redis key name is long, whatever the user's key (a template fed by request
+ *   input must not grow Redis by its length). The `#` keeps this form apart from the two above: a
+ *   plain tag has nothing but a `:suffix` after its `}`, a braced key has a brace after it.
+ *
+ * The digest is the first 32 hex digits (128 bits) of SHA-256.
+ */
+export const LONGEST_KEY_BYTES = 200;
+
+/** Characters of a long key kept readable after its digest. */
+const LONG_KEY_HEAD = 32;
+
+export function hashTagged(id: string): string {
+  // Up to 66 UTF-16 units fit in 200 bytes of UTF-8 whatever they are: most keys skip the count.
+  const long = id.length > LONGEST_KEY_BYTES / 3 && Buffer.byteLength(id) > LONGEST_KEY_BYTES;
+  if (long) return `{${digestOf(id)}}#${Array.from(id.replace(/[{}]/g, '')).slice(0, LONG_KEY_HEAD).join('')}`;
+  return /[{}]/.test(id) ? `{${digestOf(id)}}${id}` : `{${id}}`;
+}
+
+function digestOf(id: string): string {
+  return createHash('sha256').update(id).digest('hex').slice(0, 32);
+}
+
+/** `PX` takes whole milliseconds; rounding up never shortens a lease. */
+export function toMillis(ttl: number): number {
+  return Math.ceil(ttl);
+}
