@@ -185,10 +185,12 @@ describe('Redlock over 3 independent masters', () => {
     expect(inspected.ttl).toBeGreaterThan(0);
     expect(inspected.ttl).toBeLessThanOrEqual(1_000);
     expect(inspected.fence).toBe(first.fence);
-    // Every node holds it.
+    // Every node holds it; every node's fence counter expires (an hour after its last fence).
     for (const url of masters.urls) {
       const node = new Redis(url);
       expect(await node.get('lock:{basic}')).toBe(first.token);
+      expect(await node.pttl('lock:{basic}:fence')).toBeGreaterThan(3_500_000);
+      expect(await node.pttl('lock:{basic}:fence')).toBeLessThanOrEqual(3_600_000);
       node.disconnect();
     }
     expect(await first.expire(1_500)).toBe(true);
