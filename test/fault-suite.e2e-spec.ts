@@ -54,6 +54,7 @@ interface FaultWorkerConfig {
   slowSectionMs?: number;
   limit?: number;
   longEvery?: number;
+  expires?: boolean;
 }
 
 interface WorkerSummary {
@@ -67,6 +68,8 @@ interface WorkerSummary {
   abortsAfterRelease: number;
   appliedWrites: number;
   rejectedWrites: number;
+  /** `expire()` calls of the holders, by outcome: `extended`, `notOurs`, or the error's code. */
+  expires: Record<string, number>;
 }
 
 interface Claim {
@@ -144,6 +147,7 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
       slowSectionMs: TTL * 1.5,
       limit: 2,
       longEvery: 5,
+      expires: true,
       ...overrides,
     };
   }
@@ -392,6 +396,10 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
         expect.objectContaining({ unit: frozenClaim.unit, fence: frozenClaim.fence, applied: false }),
       );
 
+      // Holders called expire() with shorter and longer ttls while the watchdog renewed (checked above).
+      const expires = sumCounts(history.summaries.map((summary) => summary.expires));
+      expect(expires.extended).toBeGreaterThan(500);
+
       // onLockLost is told once per lost lease, as the lease's signal.
       const lostByReason = sumCounts(history.summaries.map((summary) => summary.lost));
       const leasesLost = Object.values(lostByReason).reduce((sum, count) => sum + count, 0);
@@ -416,6 +424,7 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
         lockOperations: holds.length,
         fencedWritesApplied: history.applied.length,
         staleWritesRejected: history.work.filter((record) => !record.applied).length,
+        expiresDuringHolds: formatCounts(expires),
         leasesLost: formatCounts(lostByReason),
         waitErrors: formatCounts(sumCounts(history.summaries.map((summary) => summary.errors))),
         abortsAfterRelease: history.summaries.reduce((sum, summary) => sum + summary.abortsAfterRelease, 0),
@@ -458,6 +467,8 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
     expect(describeViolations(fenceOrder)).toEqual([]);
     expect(history.holds.length).toBeGreaterThan(1_000);
     expectHealthyWorkers(history);
+    const expires = sumCounts(history.summaries.map((summary) => summary.expires));
+    expect(expires.extended).toBeGreaterThan(100);
     figures['semaphores under faults'] = {
       workerProcesses: WORKERS,
       permitOperations: history.holds.length,
@@ -465,6 +476,7 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
       redisKillRestartDowntimeMs: restartedAt - killedAt,
       firstGrantAfterRestartMs: firstGrantAfter(history.holds, restartedAt),
       firstGrantAfterHolderKilledMs: firstGrantAfter(history.holds, victimKilledAt),
+      expiresDuringHolds: formatCounts(expires),
       leasesLost: formatCounts(sumCounts(history.summaries.map((summary) => summary.lost))),
       waitErrors: formatCounts(sumCounts(history.summaries.map((summary) => summary.errors))),
       permitLimitViolations: permitLimit.length,

@@ -15,6 +15,9 @@
 //   key (no token check), and every `longEvery`-th section outlives the ttl.
 // - semaphore: `loops` loops, each holding a permit of one of `keys` (limit `limit`) through
 //   `withPermit(name, limit, fn, { ttl, autoExtend: true })`; no fenced work.
+// With `expires`, holders in the lock and semaphore modes call `expire()` with random shorter and
+// longer ttls (0.3 to 1.2 × ttl) during their holds, unawaited too, so that it races the watchdog's
+// renewals; each answer is followed by a validity sample, which the checker holds against other grants.
 // With `redlockUrls`, the module runs Redlock over those masters instead of `lockUrl` (`quarantine`: its
 // redlock.quarantine); the broken mode then DELs the lock's key on every master.
 // Records go to lists on the resource server as they happen, so that a SIGKILLed worker leaves every
@@ -41,6 +44,7 @@ const summary = {
   abortsAfterRelease: 0,
   appliedWrites: 0,
   rejectedWrites: 0,
+  expires: {},
 };
 process.on('unhandledRejection', (reason) => {
   summary.unhandledRejections++;
@@ -174,7 +178,7 @@ async function runFaultMode() {
         async (permit) => {
           hold = startHold(loop, name, 'semaphore', permit, requestedAt);
           hold.limit = config.limit;
-          await delay(config.sectionMs);
+          await workWhileExpiring(hold, permit, config.sectionMs);
           sampleValidity(hold, permit);
           hold.releasedAt = Date.now();
         },
@@ -226,6 +230,33 @@ async function runFaultMode() {
     return hold;
   }
 
+  // Works `sectionMs`; with `expires`, calls expire() with a random ttl at random moments meanwhile
+  // (one in three sections of the short loops), sometimes without awaiting it before the next one.
+  async function workWhileExpiring(hold, lease, sectionMs) {
+    if (!config.expires) return delay(sectionMs);
+    const end = Date.now() + sectionMs;
+    const expiring = [];
+    do {
+      if (Math.random() < 1 / 3) {
+        const ttl = Math.round(config.ttl * (0.3 + Math.random() * 0.9));
+        const answer = lease.expire(ttl).then(
+          (extended) => {
+            count(summary.expires, extended ? 'extended' : 'notOurs');
+            sampleValidity(hold, lease);
+          },
+          (error) => {
+            count(summary.expires, error?.code ?? 'OTHER');
+            if (error?.code !== 'BACKEND_UNAVAILABLE') summary.unexpected.push(`expire: ${describeError(error)}`);
+          },
+        );
+        expiring.push(answer);
+        if (Math.random() < 0.5) await answer;
+      }
+      await delay(Math.max(0, Math.min(end - Date.now(), Math.random() * (config.ttl / 3))));
+    } while (Date.now() < end);
+    await Promise.all(expiring);
+  }
+
   async function finishHold(hold) {
     settledHolds.add(hold);
     summary.holds++;
@@ -241,7 +272,7 @@ async function runFaultMode() {
     const claim = JSON.stringify({ pid: process.pid, key: hold.key, token: hold.token, fence: hold.fence });
     const unit = await resource.claimUnit(`${run}:queue:${hold.key}`, `${run}:claims`, claim);
     sampleValidity(hold, lease);
-    await delay(sectionMs);
+    await (mode === 'broken' ? delay(sectionMs) : workWhileExpiring(hold, lease, sectionMs));
     if (unit === null) return;
     const applied =
       (await resource.writeFenced(
