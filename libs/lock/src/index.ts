@@ -22,11 +22,11 @@ export type {
 export { DEFAULT_LEASE, DEFAULT_RETRY_AFTER_SECONDS } from './lock.options.js';
 export { currentLock, type Lock, LockService } from './lock.service.js';
 export { currentPermit, LocalPermit, type Permit, type PermitHolder, SemaphoreService } from './semaphore.service.js';
-export { MemoryStore } from './store/memory.store.js';
-export { RedisStore, type RedisStoreOptions } from './store/redis.store.js';
-export { RedlockStore, type RedlockStoreOptions } from './store/redlock.store.js';
+export { MemoryStore } from './store/memory/memory.store.js';
+export { RedisStore, type RedisStoreOptions } from './store/redis/redis.store.js';
+export { RedlockStore, type RedlockStoreOptions } from './store/redlock/redlock.store.js';
 export { type LeaseKind, type LeaseRenewal, type LockInspection, LockStore } from './store/store.js';
 export { WithLock, type WithLockOptions } from './decorators/with-lock.decorator.js';
 export { Semaphore, type SemaphoreDecoratorOptions } from './decorators/semaphore.decorator.js';
 export type { KeyTemplate } from './decorators/key-template.js';
-export { type LockHttpOptions, LockInterceptor, SEMAPHORE_RETRY_AFTER_SECONDS } from './lock.interceptor.js';
+export { type LockHttpOptions, LockInterceptor, SEMAPHORE_RETRY_AFTER_SECONDS } from './http/lock.interceptor.js';

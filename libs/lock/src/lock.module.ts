@@ -13,12 +13,12 @@ import {
 } from './lock.options.js';
 import { LockService } from './lock.service.js';
 import { SemaphoreService } from './semaphore.service.js';
-import { MemoryStore } from './store/memory.store.js';
-import { connectModuleClient } from './store/redis-client.js';
-import { RedisStore } from './store/redis.store.js';
-import { RedlockStore } from './store/redlock.store.js';
+import { MemoryStore } from './store/memory/memory.store.js';
+import { connectModuleClient } from './store/redis/client.js';
+import { RedisStore } from './store/redis/redis.store.js';
+import { RedlockStore } from './store/redlock/redlock.store.js';
 import { LockStore } from './store/store.js';
-import { LockTelemetry } from './telemetry.js';
+import { LockTelemetry } from './telemetry/telemetry.js';
 
 /** How long a shutdown waits for locked routines in flight to finish and release. */
 const SHUTDOWN_GRACE_MS = 5_000;

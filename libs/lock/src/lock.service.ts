@@ -15,7 +15,7 @@ import {
   validateRoutine,
 } from './lock.options.js';
 import { type LockInspection, LockStore } from './store/store.js';
-import { type HoldTimer, LockTelemetry } from './telemetry.js';
+import { type HoldTimer, LockTelemetry } from './telemetry/telemetry.js';
 
 /** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Lock {

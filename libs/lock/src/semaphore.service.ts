@@ -18,7 +18,7 @@ import {
   validateRoutine,
 } from './lock.options.js';
 import { LockStore } from './store/store.js';
-import { type HoldTimer, LockTelemetry } from './telemetry.js';
+import { type HoldTimer, LockTelemetry } from './telemetry/telemetry.js';
 
 /** A held permit of a semaphore. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Permit {

@@ -1,9 +1,9 @@
 import { Inject, UseInterceptors } from '@nestjs/common';
 import { from, isObservable, Observable, type ObservableInput } from 'rxjs';
-import { type DecoratorHttpSettings, markRaisedByDecorator } from '../decorator-errors.js';
+import { type DecoratorHttpSettings, markRaisedByDecorator } from '../http/decorator-errors.js';
 import type { ChainLease, HoldTicket } from '../lease/lease-chain.js';
 import { soleLiveService } from '../live-services.js';
-import { LockInterceptor } from '../lock.interceptor.js';
+import { LockInterceptor } from '../http/lock.interceptor.js';
 
 /**
  * The methods the decorators accept: taking a lock is asynchronous, so a decorated method returns a

@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import { LockBackendError } from '../lock.errors.js';
+import { LockBackendError } from '../../lock.errors.js';
 import { hashTagged, toMillis } from './key-layout.js';
 import { backendErrorOf, unansweredError } from './backend-messages.js';
 import {
@@ -17,7 +17,7 @@ import {
   releaseLockScript,
   releasePermitScript,
 } from './redis.scripts.js';
-import { WakeUps } from './redis-wakeups.js';
+import { WakeUps } from './wake-ups.js';
 import type {
   Attempt,
   AttemptOptions,
@@ -27,7 +27,7 @@ import type {
   LockStore,
   Successor,
   Turn,
-} from './store.js';
+} from '../store.js';
 
 export interface RedisStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */

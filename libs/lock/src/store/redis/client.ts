@@ -1,6 +1,6 @@
 import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
-import { isClusterOption, type RedisClusterOption } from '../lock.options.js';
-import { InvalidArgumentError } from '../lock.errors.js';
+import { isClusterOption, type RedisClusterOption } from '../../lock.options.js';
+import { InvalidArgumentError } from '../../lock.errors.js';
 
 /**
  * Client settings for a connection the module opens itself. A lock command must either

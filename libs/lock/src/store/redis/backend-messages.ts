@@ -1,4 +1,4 @@
-import { errorMessage, LockBackendError } from '../lock.errors.js';
+import { errorMessage, LockBackendError } from '../../lock.errors.js';
 
 /**
  * Reply errors that pass by themselves (a failover, a load, a busy script, memory pressure):

@@ -1,10 +1,10 @@
 import type { Redis } from 'ioredis';
-import { InvalidArgumentError, LockBackendError } from '../lock.errors.js';
-import { driftMargin } from '../lock.options.js';
-import { sleep } from '../lease/wait-for-lease.js';
-import { hashTagged, toMillis } from './key-layout.js';
-import { backendErrorOf, purposeOf } from './backend-messages.js';
-import { leaseRunsOutIn, type RedisScript } from './redis.scripts.js';
+import { InvalidArgumentError, LockBackendError } from '../../lock.errors.js';
+import { driftMargin } from '../../lock.options.js';
+import { sleep } from '../../lease/wait-for-lease.js';
+import { hashTagged, toMillis } from '../redis/key-layout.js';
+import { backendErrorOf, purposeOf } from '../redis/backend-messages.js';
+import { leaseRunsOutIn, type RedisScript } from '../redis/redis.scripts.js';
 import {
   redlockAcquireScript,
   redlockExtendScript,
@@ -24,7 +24,7 @@ import type {
   Successor,
   Turn,
   TurnWait,
-} from './store.js';
+} from '../store.js';
 
 export interface RedlockStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */

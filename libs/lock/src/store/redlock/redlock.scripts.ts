@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { RedisScript } from './redis.scripts.js';
+import type { RedisScript } from '../redis/redis.scripts.js';
 
 function script(name: string, numberOfKeys: number, source: string): RedisScript {
   return { name, numberOfKeys, source, sha: createHash('sha1').update(source).digest('hex') };

@@ -1,7 +1,7 @@
 import type { Attributes, Counter, Histogram, Span, Tracer, UpDownCounter } from '@opentelemetry/api';
-import type { LeaseGrant } from './lease/held-lease.js';
-import { errorMessage, type LockLostError } from './lock.errors.js';
-import type { LeaseKind } from './store/store.js';
+import type { LeaseGrant } from '../lease/held-lease.js';
+import { errorMessage, type LockLostError } from '../lock.errors.js';
+import type { LeaseKind } from '../store/store.js';
 
 type OpenTelemetryApi = typeof import('@opentelemetry/api');
 

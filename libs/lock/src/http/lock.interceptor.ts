@@ -13,15 +13,15 @@ import {
 } from '@nestjs/common';
 import { catchError, type Observable, throwError } from 'rxjs';
 import { decoratorSettingsOf } from './decorator-errors.js';
-import { LOCK_OPTIONS } from './lock.constants.js';
+import { LOCK_OPTIONS } from '../lock.constants.js';
 import {
   InvalidArgumentError,
   LockBackendError,
   type LockError,
   LockTimeoutError,
   SemaphoreTimeoutError,
-} from './lock.errors.js';
-import { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody, type ResolvedModuleOptions } from './lock.options.js';
+} from '../lock.errors.js';
+import { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody, type ResolvedModuleOptions } from '../lock.options.js';
 
 /**
  * Seconds a client is asked to wait before it tries a full semaphore again, by default.

@@ -1,5 +1,5 @@
 import type { Cluster, Redis } from 'ioredis';
-import type { Turn, TurnWait } from './store.js';
+import type { Turn, TurnWait } from '../store.js';
 
 interface Waiter {
   /** Ends the wait: with the fence of a lease handed to it, or 0 for "look again". */

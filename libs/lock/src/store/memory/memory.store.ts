@@ -1,6 +1,6 @@
-import { LockBackendError } from '../lock.errors.js';
-import { LONGEST_DURATION } from '../lock.options.js';
-import type { Attempt, LeaseKind, LeaseRenewal, LockInspection, LockStore, Turn } from './store.js';
+import { LockBackendError } from '../../lock.errors.js';
+import { LONGEST_DURATION } from '../../lock.options.js';
+import type { Attempt, LeaseKind, LeaseRenewal, LockInspection, LockStore, Turn } from '../store.js';
 
 interface Lease {
   /** `performance.now()` at which the lease ends. */
