@@ -233,6 +233,8 @@ describe('redlock options', () => {
     await single.close();
 
     const client = new Redis(`${servers[2].url}/3`);
+    // Connected before the module starts: a client still connecting when the module closes is not 'ready' yet.
+    expect(await client.ping()).toBe('PONG');
     const module = await Test.createTestingModule({
       imports: [
         LockModule.forRoot({

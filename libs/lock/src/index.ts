@@ -9,17 +9,11 @@ export {
 } from './lock.errors.js';
 export { LocalSemaphore } from './local-semaphore.js';
 export { LockModule } from './lock.module.js';
-export type {
-  LeaseDefaults,
-  LeaseOptions,
-  LockErrorBody,
-  LockModuleOptions,
-  LockOptions,
-  RedisClusterOption,
-  ResolvedModuleOptions,
-  SemaphoreOptions,
-} from './lock.options.js';
-export { DEFAULT_LEASE, DEFAULT_RETRY_AFTER_SECONDS } from './lock.options.js';
+export type { LockModuleOptions, ResolvedModuleOptions } from './lock-module.options.js';
+export type { LeaseDefaults, LeaseOptions, LockOptions, SemaphoreOptions } from './options/call-options.js';
+export { DEFAULT_LEASE } from './options/call-options.js';
+export { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody } from './http/http-options.js';
+export type { RedisClusterOption } from './store/redis/redis-options.js';
 export { currentLock, type Lock, LockService } from './lock.service.js';
 export { currentPermit, LocalPermit, type Permit, type PermitHolder, SemaphoreService } from './semaphore.service.js';
 export { MemoryStore } from './store/memory/memory.store.js';

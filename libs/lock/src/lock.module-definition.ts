@@ -1,5 +1,5 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { LockModuleOptions } from './lock.options.js';
+import type { LockModuleOptions } from './lock-module.options.js';
 
 export const {
   ConfigurableModuleClass,

@@ -5,12 +5,8 @@ import { createLockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import type { LockLostError } from './lock.errors.js';
 import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS, type OPTIONS_TYPE } from './lock.module-definition.js';
-import {
-  isRedisClient,
-  type LockModuleOptions,
-  resolveModuleOptions,
-  type ResolvedModuleOptions,
-} from './lock.options.js';
+import { type LockModuleOptions, resolveModuleOptions, type ResolvedModuleOptions } from './lock-module.options.js';
+import { isRedisClient } from './store/redis/redis-options.js';
 import { LockService } from './lock.service.js';
 import { SemaphoreService } from './semaphore.service.js';
 import { MemoryStore } from './store/memory/memory.store.js';

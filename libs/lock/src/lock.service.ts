@@ -7,13 +7,8 @@ import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { LockTimeoutError } from './lock.errors.js';
-import {
-  type LockOptions,
-  type ResolvedModuleOptions,
-  validateCallOptions,
-  validateKey,
-  validateRoutine,
-} from './lock.options.js';
+import type { ResolvedModuleOptions } from './lock-module.options.js';
+import { type LockOptions, validateCallOptions, validateKey, validateRoutine } from './options/call-options.js';
 import { type LockInspection, LockStore } from './store/store.js';
 import { type HoldTimer, LockTelemetry } from './telemetry/telemetry.js';
 

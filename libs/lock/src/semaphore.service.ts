@@ -7,16 +7,16 @@ import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { LocalSemaphore } from './local-semaphore.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import { InvalidArgumentError, SemaphoreTimeoutError } from './lock.errors.js';
+import type { ResolvedModuleOptions } from './lock-module.options.js';
 import {
   resolveLease,
-  type ResolvedModuleOptions,
   type SemaphoreOptions,
   validateCallOptions,
   validateKey,
   validateLimit,
   validateLocalOptions,
   validateRoutine,
-} from './lock.options.js';
+} from './options/call-options.js';
 import { LockStore } from './store/store.js';
 import { type HoldTimer, LockTelemetry } from './telemetry/telemetry.js';
 

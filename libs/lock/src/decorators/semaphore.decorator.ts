@@ -1,12 +1,12 @@
 import { InvalidArgumentError } from '../lock.errors.js';
+import { validateRetryAfter } from '../http/http-options.js';
 import {
   type SemaphoreOptions,
   validateCallOptions,
   validateKey,
   validateLimit,
   validateLocalOptions,
-  validateRetryAfter,
-} from '../lock.options.js';
+} from '../options/call-options.js';
 import { SemaphoreService } from '../semaphore.service.js';
 import { classNameOf, type GuardDecorator, guardMethod } from './guarded-method.js';
 

@@ -1,4 +1,5 @@
-import { type LockOptions, validateCallOptions, validateRetryAfter } from '../lock.options.js';
+import { validateRetryAfter } from '../http/http-options.js';
+import { type LockOptions, validateCallOptions } from '../options/call-options.js';
 import { LockService } from '../lock.service.js';
 import { type GuardableMethod, type GuardDecorator, guardMethod } from './guarded-method.js';
 import { compileKeyTemplate, type KeyTemplate } from './key-template.js';

@@ -21,7 +21,8 @@ import {
   LockTimeoutError,
   SemaphoreTimeoutError,
 } from '../lock.errors.js';
-import { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody, type ResolvedModuleOptions } from '../lock.options.js';
+import type { ResolvedModuleOptions } from '../lock-module.options.js';
+import { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody } from './http-options.js';
 
 /**
  * Seconds a client is asked to wait before it tries a full semaphore again, by default.

@@ -1,5 +1,5 @@
 import { randomFillSync } from 'node:crypto';
-import { type LeaseDefaults, type LockOptions, resolveLease, validateCallOptions } from '../lock.options.js';
+import { type LeaseDefaults, type LockOptions, resolveLease, validateCallOptions } from '../options/call-options.js';
 import type { Attempt, AttemptOptions, LeaseKind, LockStore, Turn } from '../store/store.js';
 import { driftOf, type LeaseGrant, validateLeaseTtl } from './held-lease.js';
 import { lineOf, localLines } from './local-line.js';

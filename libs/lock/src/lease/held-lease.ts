@@ -1,5 +1,5 @@
 import { errorMessage, InvalidArgumentError, LockBackendError, LockLostError } from '../lock.errors.js';
-import { driftMargin, duration } from '../lock.options.js';
+import { driftMargin, duration } from '../options/durations.js';
 import type { LeaseKind, LockStore, Successor } from '../store/store.js';
 import { lineOf, localLines } from './local-line.js';
 import type { Watchdog } from './watchdog.js';

@@ -1,5 +1,5 @@
 import { errorMessage, LockBackendError, type LockLostError } from '../lock.errors.js';
-import { LONGEST_DURATION } from '../lock.options.js';
+import { LONGEST_DURATION } from '../options/durations.js';
 import type { LeaseKind, LeaseRenewal, LockStore } from '../store/store.js';
 import type { HeldLease } from './held-lease.js';
 

@@ -1,5 +1,5 @@
 import { LockBackendError } from '../../lock.errors.js';
-import { LONGEST_DURATION } from '../../lock.options.js';
+import { LONGEST_DURATION } from '../../options/durations.js';
 import type { Attempt, LeaseKind, LeaseRenewal, LockInspection, LockStore, Turn } from '../store.js';
 
 interface Lease {

@@ -1,5 +1,5 @@
 import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
-import { isClusterOption, type RedisClusterOption } from '../../lock.options.js';
+import { isClusterOption, type RedisClusterOption } from './redis-options.js';
 import { InvalidArgumentError } from '../../lock.errors.js';
 
 /**

@@ -1,6 +1,6 @@
 import type { Redis } from 'ioredis';
 import { InvalidArgumentError, LockBackendError } from '../../lock.errors.js';
-import { driftMargin } from '../../lock.options.js';
+import { driftMargin } from '../../options/durations.js';
 import { sleep } from '../../lease/wait-for-lease.js';
 import { hashTagged, toMillis } from '../redis/key-layout.js';
 import { backendErrorOf, purposeOf } from '../redis/backend-messages.js';

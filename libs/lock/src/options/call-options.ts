@@ -1,0 +1,169 @@
+import { InvalidArgumentError } from '../lock.errors.js';
+import { duration } from './durations.js';
+import { describe, isPlainObject, isWellFormed, rejectUnknownNames, validateBoolean } from './validation.js';
+
+/** How long a lease lasts and how a caller waits for one. All durations in milliseconds. */
+export interface LeaseDefaults {
+  /** Lease of a lock or permit; a holder that neither releases nor renews loses it after `ttl`. */
+  ttl: number;
+  /** Longest wait for a lock or permit; `0` = one attempt, no wait. */
+  timeout: number;
+  /** First wait between attempts. */
+  step: number;
+  /** Growth of the wait after each failed attempt (≥ 1). */
+  ratio: number;
+  /** Cap of the wait between attempts. */
+  maxStep: number;
+}
+
+/** Per-call options shared by locks and semaphores. */
+export interface LeaseOptions extends Partial<LeaseDefaults> {
+  /** Aborting it ends the wait; the call rejects with the signal's reason. */
+  signal?: AbortSignal;
+  /**
+   * Renew the lease every `ttl / 3` while it is held. Default: the module's `defaults.autoExtend`
+   * (`true`) for `withLock`, `withPermit` and the decorators; `false` for a bare `lock()` /
+   * `acquire()`, which nobody may ever release.
+   */
+  autoExtend?: boolean;
+  /**
+   * Serve waiters first come, first served across processes, and hand the lease straight to the
+   * next one on release. Default: the module's `defaults.fair` (`true`); `false` is the unordered path.
+   */
+  fair?: boolean;
+}
+
+export type SemaphoreOptions = LeaseOptions;
+
+export interface LockOptions extends LeaseOptions {
+  /** Owner token to use instead of a fresh random one (e.g. to release from another process). */
+  token?: string;
+}
+
+export const DEFAULT_LEASE: Readonly<LeaseDefaults> = Object.freeze({
+  ttl: 30_000,
+  timeout: 5_000,
+  step: 1,
+  ratio: 2,
+  maxStep: 500,
+});
+
+/** The names of `defaults` in the module options. */
+export const DEFAULTS_OPTION_NAMES: ReadonlySet<string> = new Set([
+  ...Object.keys(DEFAULT_LEASE),
+  'autoExtend',
+  'fair',
+]);
+
+/** The option names each kind of call accepts; anything else is a misspelling and refused. */
+const OPTION_NAMES = {
+  semaphore: new Set([...DEFAULTS_OPTION_NAMES, 'signal']),
+  lock: new Set([...DEFAULTS_OPTION_NAMES, 'signal', 'token']),
+} as const;
+
+/**
+ * Checks the options of one call (or of a decorator, when its class is defined): no unknown
+ * names, and every value in range.
+ */
+export function validateCallOptions(
+  kind: keyof typeof OPTION_NAMES,
+  options: unknown,
+  extraNames: readonly string[] = [],
+): void {
+  if (!isPlainObject(options)) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  const known = extraNames.length === 0 ? OPTION_NAMES[kind] : new Set([...OPTION_NAMES[kind], ...extraNames]);
+  rejectUnknownNames('', options as object, known);
+  const { signal, token, autoExtend, fair } = options as LockOptions;
+  resolveLease(DEFAULT_LEASE, options as LeaseOptions);
+  validateSignal(signal);
+  if (token !== undefined) validateKey('token', token);
+  validateBoolean(autoExtend, 'autoExtend');
+  validateBoolean(fair, 'fair');
+}
+
+/** Merges per-call options over the module defaults, validating what the caller passed. */
+export function resolveLease(
+  defaults: Readonly<LeaseDefaults>,
+  options: Partial<LeaseDefaults> = {},
+  namePrefix = '',
+): LeaseDefaults {
+  if (!isPlainObject(options)) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  // Only `undefined` means "the default": a `null` is a mistake, and refused like any other non-number.
+  const pick = <K extends keyof LeaseDefaults>(name: K) =>
+    options[name] === undefined ? defaults[name] : options[name];
+  return {
+    ttl: duration(`${namePrefix}ttl`, pick('ttl')),
+    timeout: duration(`${namePrefix}timeout`, pick('timeout'), 0),
+    step: duration(`${namePrefix}step`, pick('step')),
+    ratio: atLeastOne(`${namePrefix}ratio`, pick('ratio')),
+    maxStep: duration(`${namePrefix}maxStep`, pick('maxStep')),
+  };
+}
+
+/**
+ * A lease's `ttl`: a duration longer than its drift `margin` (the store's drift rule), since a
+ * holder never counts on that margin and a shorter lease could never be valid when granted.
+ */
+export function validateLeaseTtl(ttl: unknown, margin: (ttl: number) => number, argument = 'ttl'): number {
+  duration(argument, ttl);
+  const drift = margin(ttl as number);
+  if ((ttl as number) <= drift) {
+    throw new InvalidArgumentError(
+      argument,
+      `must be longer than its clock-drift margin (${+drift.toFixed(2)} ms), the part of a lease a holder never counts on; got ${ttl as number}`,
+    );
+  }
+  return ttl as number;
+}
+
+/** A key, semaphore name or owner token: a non-empty, well-formed Unicode string. */
+export function validateKey(argument: string, key: unknown): string {
+  if (typeof key !== 'string' || key.length === 0) {
+    throw new InvalidArgumentError(argument, `must be a non-empty string, got ${describe(key)}`);
+  }
+  if (!isWellFormed(key)) {
+    throw new InvalidArgumentError(argument, 'must be well-formed Unicode (it holds a lone surrogate)');
+  }
+  return key;
+}
+
+export function validateSignal(signal: unknown): AbortSignal | undefined {
+  if (signal !== undefined && !(signal instanceof AbortSignal)) {
+    throw new InvalidArgumentError('signal', `must be an AbortSignal, got ${describe(signal)}`);
+  }
+  return signal;
+}
+
+export function validateLimit(limit: unknown): number {
+  if (typeof limit !== 'number' || !Number.isInteger(limit) || limit < 1) {
+    throw new InvalidArgumentError('limit', `must be a whole number ≥ 1, got ${describe(limit)}`);
+  }
+  return limit;
+}
+
+/** The routine of `withLock` / `withPermit`: checked before anything is taken. */
+export function validateRoutine(fn: unknown): void {
+  if (typeof fn !== 'function') {
+    throw new InvalidArgumentError('fn', `must be a function, got ${describe(fn)}`);
+  }
+}
+
+/** A `LocalSemaphore` only waits: `timeout` is all it can honour. */
+export function validateLocalOptions(options: unknown, extraNames: readonly string[] = []): void {
+  if (!isPlainObject(options)) {
+    throw new InvalidArgumentError('options', 'must be an object');
+  }
+  rejectUnknownNames('', options as object, new Set(['timeout', ...extraNames]));
+  resolveLease(DEFAULT_LEASE, options as LeaseOptions);
+}
+
+function atLeastOne(argument: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value < 1) {
+    throw new InvalidArgumentError(argument, `must be a finite number ≥ 1, got ${describe(value)}`);
+  }
+  return value;
+}
