@@ -289,6 +289,39 @@ describe.each(STORE_KINDS)('expire() with another ttl on the %s store', (kind) =
     });
   });
 
+  it('LockService.unlock(key, token) passes the lock at once to the next waiter of the holder’s process', async () => {
+    const key = uniqueKey('service-unlock-next');
+    const first = await app.locks.lock(key, { ttl: 10_000 });
+    // Two waiters of this process: the second waits for the first to pass the lock on, in no line of the store.
+    const second = app.locks.lock(key, { ttl: 10_000, timeout: 5_000, maxStep: 2_000 });
+    await delay(50);
+    const third = app.locks.lock(key, { timeout: 5_000, maxStep: 2_000 });
+    await delay(50);
+    expect(await first.unlock()).toBe(true);
+    const holder = await second;
+
+    const started = performance.now();
+    expect(await app.locks.unlock(key, holder.token)).toBe(true);
+    const next = await third;
+
+    // Not after the waiter's next look (maxStep): at once, as the holder's own unlock() would.
+    expect(performance.now() - started).toBeLessThan(300);
+    await next.unlock();
+  });
+
+  it('LockService.unlock(key, token) loses every Lock of this process that holds the key with that token', async () => {
+    const key = uniqueKey('service-unlock-twice');
+    const first = await app.locks.lock(key, { token: 'shared-token', ttl: 5_000 });
+    const second = await app.locks.lock(key, { token: 'shared-token', ttl: 5_000, timeout: 0 });
+
+    expect(await app.locks.unlock(key, 'shared-token')).toBe(true);
+
+    expect(first.validity).toBe(0);
+    expect(second.validity).toBe(0);
+    expect(first.signal.aborted).toBe(true);
+    expect(second.signal.aborted).toBe(true);
+  });
+
   it('LockService.unlock(key, token) of a lease this process holds: its holder stops counting on it before the key is free', async () => {
     const key = uniqueKey('service-unlock');
     const lostBefore = lost.length;

@@ -32,6 +32,26 @@ describe('handover at the edges', () => {
 
   const store = () => app.module.get<RedisStore>(LockStore);
 
+  it('hands a lock over with a commandTimeout that is not whole milliseconds (the handover lease goes to PX)', async () => {
+    const key = uniqueKey('fractional-timeout');
+    const holderApp = await bootLockModule({ redis: server.url, commandTimeout: 700.3 });
+    const waiterApp = await bootLockModule({ redis: server.url, commandTimeout: 700.3 });
+    try {
+      const held = await holderApp.locks.lock(key, { ttl: 10_000 });
+      const waiting = waiterApp.locks.lock(key, { timeout: 5_000 });
+      while ((await redis.zcard(store().keysOf('lock', key)[2])) < 1) await delay(10);
+
+      const started = performance.now();
+      expect(await held.unlock()).toBe(true);
+      const next = await waiting;
+      expect(performance.now() - started).toBeLessThan(1_000);
+      await next.unlock();
+    } finally {
+      await closeLockApp(waiterApp);
+      await closeLockApp(holderApp);
+    }
+  });
+
   it('a handover message read after its lease ran out (and another waiter took the lock) is not taken as a lease', async () => {
     const key = uniqueKey('stale-handover');
     const script = fileURLToPath(new URL('./support/workers/hand-over-then-wait.mjs', import.meta.url));

@@ -127,6 +127,23 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
     expect(log.warnings).toContain(`forceUnlock("${key}"): an operator released the lock, whoever held it`);
   });
 
+  it('forceUnlock() in the process that holds the lock: the holder stops counting on it before the key is free', async () => {
+    const key = uniqueKey('order');
+    const held = await locks.lock(key, { ttl: 3_000 });
+    const waiting = locks.lock(key, { timeout: 5_000 });
+    await new Promise((resolve) => setTimeout(resolve, 50));
+
+    const released = locks.forceUnlock(key);
+    // Before the release reaches the store: the next owner may be granted it at any moment from now.
+    expect(held.validity).toBe(0);
+    expect(held.signal.reason).toMatchObject({ code: 'LOCK_LOST', reason: 'taken', key });
+    expect(await released).toBe(true);
+    const next = await waiting;
+    expect(next.validity).toBeGreaterThan(0);
+    expect(held.validity).toBe(0);
+    await next.unlock();
+  });
+
   it('forceUnlock() of a free key is false, and logged as such', async () => {
     const key = uniqueKey('order');
 

@@ -238,6 +238,7 @@ describe('LockModule', () => {
       ],
       ['commandTimeout 0', { commandTimeout: 0 }, 'commandTimeout'],
       ['fenceCounterTtl below a second', { fenceCounterTtl: 999 }, 'fenceCounterTtl'],
+      ['fenceCounterTtl fractional (PX takes whole ms)', { fenceCounterTtl: 1_000.5 }, 'fenceCounterTtl'],
       ['fenceCounterTtl as a string', { fenceCounterTtl: '1h' as never }, 'fenceCounterTtl'],
       ['fenceCounterTtl above the longest duration', { fenceCounterTtl: 2 ** 31 }, 'fenceCounterTtl'],
       ["store 'memory' together with redis", { store: 'memory', redis: 'redis://127.0.0.1:1' }, 'store'],

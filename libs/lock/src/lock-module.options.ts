@@ -228,10 +228,10 @@ function validateWaitForReplicas(
 /** A duration of at least `SHORTEST_FENCE_COUNTER_TTL` ms. */
 function validateFenceCounterTtl(ttl: unknown): number {
   duration('fenceCounterTtl', ttl);
-  if ((ttl as number) < SHORTEST_FENCE_COUNTER_TTL) {
+  if (!Number.isInteger(ttl) || (ttl as number) < SHORTEST_FENCE_COUNTER_TTL) {
     throw new InvalidArgumentError(
       'fenceCounterTtl',
-      `must be at least ${SHORTEST_FENCE_COUNTER_TTL} ms: the server clock must never go back by more than it; got ${ttl as number}`,
+      `must be whole milliseconds, at least ${SHORTEST_FENCE_COUNTER_TTL} (the server clock must never go back by more than it); got ${ttl as number}`,
     );
   }
   return ttl as number;

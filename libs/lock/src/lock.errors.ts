@@ -1,6 +1,11 @@
-/** The message of anything thrown, for logs and wrapped errors. */
+/** The message of anything thrown, for logs and wrapped errors; never throws itself (whatever was thrown). */
 export function errorMessage(error: unknown): string {
-  return error instanceof Error ? error.message : String(error);
+  try {
+    return error instanceof Error ? String(error.message) : String(error);
+  } catch {
+    // An object without a prototype, a revoked Proxy, a message getter or toString that throws.
+    return 'an error that cannot be shown as text';
+  }
 }
 
 /** Base class of every error nest-lock raises; `code` is stable, the message is for humans. */

@@ -31,7 +31,7 @@ export interface Lock {
   readonly validity: number;
   /** `true`: released by us; `false`: no longer ours (expired or taken). Never deletes another owner's lock. */
   unlock(): Promise<boolean>;
-  /** Resets the remaining lease to `ttl` (default: the ttl it was taken with); `false` if no longer ours. */
+  /** Resets the remaining lease to `ttl` (default: its current ttl: the one it was taken with, or the last given to `expire()`); `false` if no longer ours. */
   expire(ttl?: number): Promise<boolean>;
   /** `await using lock = await locks.lock('key')` unlocks at the end of the block. */
   [Symbol.asyncDispose](): Promise<void>;
@@ -113,8 +113,13 @@ export class LockService implements OnModuleDestroy {
   async unlock(key: string, token: string): Promise<boolean> {
     validateKey('key', key);
     validateKey('token', token);
-    this.watchdog.leaseOf('lock', key, token)?.lose('taken');
-    return this.store.releaseLock(key, token);
+    const held = this.watchdog.leasesOf('lock', key, token);
+    const newest = held.pop();
+    if (newest === undefined) return this.store.releaseLock(key, token);
+    for (const lease of held) lease.releasedElsewhere();
+    newest.lose('taken');
+    // Released as its holder would: the next waiter of this process, waiting for a pass, gets it at once.
+    return newest.release();
   }
 
   /**
@@ -126,7 +131,7 @@ export class LockService implements OnModuleDestroy {
     validateKey('key', key);
     validateKey('token', token);
     validateLeaseTtl(this.store, ttl);
-    const held = this.watchdog.leaseOf('lock', key, token);
+    const held = this.watchdog.leasesOf('lock', key, token).at(-1);
     return held ? held.expire(ttl) : this.store.extendLock(key, token, ttl);
   }
 
@@ -153,6 +158,8 @@ export class LockService implements OnModuleDestroy {
    */
   async forceUnlock(key: string): Promise<boolean> {
     validateKey('key', key);
+    // A holder of this process must not count on the lease while another owner may take it.
+    for (const lease of this.watchdog.leasesOf('lock', key)) lease.releasedElsewhere();
     const released = await this.store.forceReleaseLock(key);
     this.logger.warn(
       released

@@ -35,7 +35,7 @@ export interface Permit {
   readonly validity: number;
   /** `true`: given back by us; `false`: no longer ours (its lease ran out), or already released. */
   release(): Promise<boolean>;
-  /** Resets the remaining lease to `ttl` (default: the ttl it was taken with); `false` if no longer ours. */
+  /** Resets the remaining lease to `ttl` (default: its current ttl: the one it was taken with, or the last given to `expire()`); `false` if no longer ours. */
   expire(ttl?: number): Promise<boolean>;
   /** `await using permit = await semaphores.acquire('reports', 2)` releases at the end of the block. */
   [Symbol.asyncDispose](): Promise<void>;

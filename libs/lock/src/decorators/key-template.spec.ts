@@ -74,6 +74,72 @@ describe('compileKeyTemplate', () => {
     expect((error as Error).message).toContain('{0.customer.id} of "order:{0.customer.id}"');
   });
 
+  it.each([
+    ['an object without a prototype', () => Object.create(null) as unknown],
+    [
+      'an object whose toString throws',
+      () => ({
+        toString: () => {
+          throw new Error('no string');
+        },
+      }),
+    ],
+    [
+      'a revoked Proxy',
+      () => {
+        const { proxy, revoke } = Proxy.revocable({}, {});
+        revoke();
+        return proxy;
+      },
+    ],
+    [
+      'an Error whose message getter throws',
+      () =>
+        Object.defineProperty(new Error(), 'message', {
+          get() {
+            throw new Error('no message');
+          },
+        }),
+    ],
+  ])('turns a key function that throws %s into InvalidArgumentError (key)', (_, thrown) => {
+    const value = thrown();
+    let error: unknown;
+    try {
+      compileKeyTemplate(() => {
+        throw value;
+      })([]);
+    } catch (caught) {
+      error = caught;
+    }
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect((error as InvalidArgumentError).argument).toBe('key');
+    expect((error as Error).cause).toBe(value);
+  });
+
+  it('turns a getter that throws an object without a prototype into InvalidArgumentError (key)', () => {
+    const value = Object.create(null) as unknown;
+    const order = Object.defineProperty({}, 'id', {
+      get() {
+        throw value;
+      },
+    });
+    expect(() => compileKeyTemplate('order:{0.id}')([order])).toThrow(InvalidArgumentError);
+  });
+
+  it('refuses a key function that returns a promise, and handles its rejection (no unhandled rejection)', async () => {
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const keyOf = compileKeyTemplate((() => Promise.reject(new Error('async key'))) as unknown as () => string);
+      expect(() => keyOf([])).toThrow(/returned a promise/);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      expect(unhandled).toEqual([]);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
   it.each(['order:{id}', 'order:{}', 'order:{0.}', ''])(
     'refuses the template %p when the class is defined',
     (template) => {

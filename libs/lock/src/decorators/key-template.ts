@@ -27,6 +27,11 @@ export function compileKeyTemplate(template: KeyTemplate): (args: unknown[]) => 
       } catch (error) {
         throw new InvalidArgumentError('key', `the key function threw: ${errorMessage(error)}`, { cause: error });
       }
+      if (isThenable(key)) {
+        // Nobody awaits it: its rejection must not go unhandled (it would end the process).
+        Promise.resolve(key).catch(() => undefined);
+        throw new InvalidArgumentError('key', 'the key function returned a promise: a key is computed synchronously');
+      }
       if (typeof key !== 'string' || key === '') {
         throw new InvalidArgumentError('key', `the key function returned ${describe(key)}, not a non-empty string`);
       }
@@ -75,6 +80,14 @@ function resolve(template: string, part: Exclude<Part, string>, args: unknown[])
   if (typeof value === 'number' || typeof value === 'bigint' || typeof value === 'boolean') return String(value);
   if (typeof value === 'string' && value !== '') return value;
   throw new InvalidArgumentError('key', `${part.placeholder} of "${template}" resolved to ${describe(value)}`);
+}
+
+function isThenable(value: unknown): boolean {
+  try {
+    return typeof (value as { then?: unknown } | null)?.then === 'function';
+  } catch {
+    return false; // a revoked Proxy: not a promise, refused below like any other object
+  }
 }
 
 function describe(value: unknown): string {

@@ -144,7 +144,7 @@ export class HeldLease {
   }
 
   /**
-   * Resets the remaining lease to `ttl` (default: the ttl it was taken with); renewals use it from
+   * Resets the remaining lease to `ttl` (default: its current ttl, see `leaseTtl`); renewals use it from
    * now on. `false` if the lease is no longer ours, which also aborts `signal`. Waits for a renewal
    * on its way to be answered first, so that the two never both decide.
    */
@@ -248,6 +248,16 @@ export class HeldLease {
     this.lostError = error;
     this.lostController?.abort(error);
     if (this.policy.reportLoss) this.watchdog.reportLost(error);
+  }
+
+  /**
+   * Released by another hand than its holder's (`forceUnlock`, `LockService.unlock` by token): lost to
+   * its holder at once, and its own release later sends nothing (it could only free a lease taken
+   * again under a caller's own token).
+   */
+  releasedElsewhere(): void {
+    this.lose('taken');
+    this.state = 'released';
   }
 
   /** Renews the lease from now on (nested holders outlive the one that took it without `autoExtend`). */

@@ -14,8 +14,8 @@ import type { HeldLease } from './held-lease.js';
  */
 export class Watchdog {
   private readonly leases = new Set<HeldLease>();
-  /** The same leases by kind, id and owner token (the latest, if one token holds one key twice). */
-  private readonly byOwner = new Map<string, HeldLease>();
+  /** The same leases by kind and id (one token may hold one key twice: a caller's own token, given twice). */
+  private readonly byId = new Map<string, Set<HeldLease>>();
   /** Releases being retried, by kind, id and token. */
   private readonly releaseRetries = new Map<string, { timer?: NodeJS.Timeout; cancelled: boolean }>();
   private timer?: NodeJS.Timeout;
@@ -35,7 +35,10 @@ export class Watchdog {
     if (this.closed) return;
     if (!this.leases.has(lease)) {
       this.leases.add(lease);
-      this.byOwner.set(retryKeyOf(lease), lease);
+      const id = idKeyOf(lease.kind, lease.id);
+      const leases = this.byId.get(id);
+      if (leases === undefined) this.byId.set(id, new Set([lease]));
+      else leases.add(lease);
     }
     // Leases taken later with the same ttl fall due later: most calls change no timer.
     const due = nextEventOf(lease);
@@ -43,14 +46,20 @@ export class Watchdog {
   }
 
   untrack(lease: HeldLease): void {
-    this.leases.delete(lease);
-    const key = retryKeyOf(lease);
-    if (this.byOwner.get(key) === lease) this.byOwner.delete(key);
+    if (!this.leases.delete(lease)) return;
+    const id = idKeyOf(lease.kind, lease.id);
+    const leases = this.byId.get(id);
+    leases?.delete(lease);
+    if (leases?.size === 0) this.byId.delete(id);
   }
 
-  /** The lease of `kind` on `id` that `token` holds in this process, if one does (released and lost ones are not kept). */
-  leaseOf(kind: LeaseKind, id: string, token: string): HeldLease | undefined {
-    return this.byOwner.get(retryKeyOf({ kind, id, token }));
+  /**
+   * The leases of `kind` on `id` held in this process — by `token`, or by anybody without one —
+   * newest last (released and lost ones are not kept).
+   */
+  leasesOf(kind: LeaseKind, id: string, token?: string): HeldLease[] {
+    const leases = [...(this.byId.get(idKeyOf(kind, id)) ?? [])];
+    return token === undefined ? leases : leases.filter((lease) => lease.token === token);
   }
 
   /** Logs a lost lease once and tells the module's `onLockLost` hook; neither ever throws. */
@@ -123,7 +132,7 @@ export class Watchdog {
     clearTimeout(this.timer);
     this.timerDue = Infinity;
     this.leases.clear();
-    this.byOwner.clear();
+    this.byId.clear();
     for (const retrying of this.releaseRetries.values()) {
       retrying.cancelled = true;
       clearTimeout(retrying.timer);
@@ -207,7 +216,10 @@ function renews(lease: HeldLease): boolean {
   return lease.policy.autoExtend || lease.mustExtend;
 }
 
-/** `kind`, `id` and `token` as one string: a lease, or the release of one, by its owner. */
+function idKeyOf(kind: LeaseKind, id: string): string {
+  return `${kind}\0${id}`;
+}
+
 function retryKeyOf({ kind, id, token }: Omit<LeaseRenewal, 'ttl'>): string {
   return `${kind}\0${id}\0${token}`;
 }

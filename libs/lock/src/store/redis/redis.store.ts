@@ -71,7 +71,8 @@ export class RedisStore implements LockStore {
   ) {
     this.wakeUps = new WakeUps(client);
     this.deadlines = new CommandDeadlines(options.commandTimeout);
-    this.handoverLease = Math.max(1_000, 2 * options.commandTimeout);
+    // Whole ms: it goes to PX.
+    this.handoverLease = Math.ceil(Math.max(1_000, 2 * options.commandTimeout));
   }
 
   acquireLock(key: string, token: string, ttl: number, options: AttemptOptions): Promise<Attempt> {

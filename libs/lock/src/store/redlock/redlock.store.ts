@@ -82,7 +82,7 @@ export class RedlockStore implements LockStore {
     private readonly clients: readonly Redis[],
     private readonly options: RedlockStoreOptions,
   ) {
-    this.handoverLease = Math.max(1_000, 2 * options.commandTimeout);
+    this.handoverLease = Math.ceil(Math.max(1_000, 2 * options.commandTimeout));
     this.markerKey = `${options.keyPrefix}redlock:born`;
     // A node's quarantine starts when the client (re)connects, not at the first lock: a restarted master
     // is marked as soon as it is back, and the scripts mark one that was flushed without a reconnect.
