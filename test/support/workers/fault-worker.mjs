@@ -239,6 +239,9 @@ async function runFaultMode() {
     do {
       if (Math.random() < 1 / 3) {
         const ttl = Math.round(config.ttl * (0.3 + Math.random() * 0.9));
+        // From the moment a shorter ttl is sent, the holder gives up the rest of its lease: it may be
+        // applied at once, and another owner granted the key when it runs out.
+        hold.validUntil = Math.min(hold.validUntil, Date.now() + ttl);
         const answer = lease.expire(ttl).then(
           (extended) => {
             count(summary.expires, extended ? 'extended' : 'notOurs');
@@ -294,7 +297,8 @@ async function runFaultMode() {
 /**
  * The latest deadline the holder is sure of: `now + validity`, sampled only while validity > 0. Once the
  * lease is lost (or its deadline passed before the watchdog noticed) validity reads 0, and `now + 0` would
- * be later than the real deadline. `now` is read first, so the sample errs early.
+ * be later than the real deadline. `now` is read first, so the sample errs early. An `expire()` with a
+ * shorter ttl lowers it when it is sent (see `workWhileExpiring`): the holder gives up what it had.
  */
 function sampleValidity(hold, lease) {
   const now = Date.now();
