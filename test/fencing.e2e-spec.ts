@@ -13,6 +13,7 @@ import {
 } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
 import { runWorkers } from './support/workers.js';
+import { lockKind, semaphoreKind } from './support/kinds.js';
 
 const PROCESSES = 4;
 const ACQUISITIONS = 1_000;
@@ -132,7 +133,7 @@ describe('fencing tokens', () => {
 
     it('keeps the counter long after the lock key expired, with an expiry of its own (an hour by default)', async () => {
       const key = uniqueKey('fence-counter');
-      const [lockKey, counter] = app.module.get<typeof LockStore, RedisStore>(LockStore).keysOf('lock', key);
+      const [lockKey, counter] = app.module.get<typeof LockStore, RedisStore>(LockStore).keysOf(lockKind, key);
       await app.locks.lock(key, { ttl: 50 });
       await delay(150);
 
@@ -152,7 +153,7 @@ describe('fencing tokens', () => {
         await lock.unlock();
         const permit = await shortLived.semaphores.acquire(name, 1);
         await permit.release();
-        const counters = [store.keysOf('lock', key)[1], store.keysOf('semaphore', name)[1]];
+        const counters = [store.keysOf(lockKind, key)[1], store.keysOf(semaphoreKind, name)[1]];
         expect(await Promise.all(counters.map((counter) => redis.pttl(counter)))).toEqual([
           expect.any(Number),
           expect.any(Number),

@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { DelayProxy } from './support/delay-proxy.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
+import { lockKind, semaphoreKind } from './support/kinds.js';
 
 /**
  * Regression tests for the second adversarial review (of fair waiting and handover): each failed on
@@ -39,7 +40,7 @@ describe('handover at the edges', () => {
     try {
       const held = await holderApp.locks.lock(key, { ttl: 10_000 });
       const waiting = waiterApp.locks.lock(key, { timeout: 5_000 });
-      while ((await redis.zcard(store().keysOf('lock', key)[2])) < 1) await delay(10);
+      while ((await redis.zcard(store().keysOf(lockKind, key)[2])) < 1) await delay(10);
 
       const started = performance.now();
       expect(await held.unlock()).toBe(true);
@@ -68,7 +69,7 @@ describe('handover at the edges', () => {
         await new Promise<void>((resolve) => arrived.set(name, resolve));
       return events.find((event) => event.event === name)!;
     };
-    const line = store().keysOf('lock', key)[2];
+    const line = store().keysOf(lockKind, key)[2];
     try {
       await eventOf('held');
       const waiter = app.locks.lock(key, { ttl: 10_000, step: 20, maxStep: 300, timeout: 20_000 });
@@ -82,7 +83,7 @@ describe('handover at the edges', () => {
 
       const lock = await waiter;
 
-      expect(await redis.get(store().keysOf('lock', key)[0])).toBe(lock.token);
+      expect(await redis.get(store().keysOf(lockKind, key)[0])).toBe(lock.token);
       const next = await eventOf('B holds');
       expect(lock.fence).toBeGreaterThan(Number(next.fence));
       await lock.unlock();
@@ -168,27 +169,27 @@ describe('handover at the edges', () => {
 
   it('permits handed to waiters ahead by an attempt that is not granted move the expiry of the set', async () => {
     const name = uniqueKey('handed-permit');
-    const permits = store().keysOf('semaphore', name)[0];
+    const permits = store().keysOf(semaphoreKind, name)[0];
     const waits = { fair: true, liveness: 10_000, inLine: false };
     // C holds a permit for 700 ms; D one for 100 ms (and vanishes); W, then X wait in line.
-    expect((await store().acquirePermit(name, 'C', 2, 700, waits)).fence).toBeGreaterThan(0);
-    expect((await store().acquirePermit(name, 'D', 2, 100, waits)).fence).toBeGreaterThan(0);
-    expect((await store().acquirePermit(name, 'W', 2, 10_000, waits)).fence).toBe(0);
-    expect((await store().acquirePermit(name, 'X', 2, 10_000, waits)).fence).toBe(0);
+    expect((await store().acquire(semaphoreKind, name, 2, 'C', 700, waits)).fence).toBeGreaterThan(0);
+    expect((await store().acquire(semaphoreKind, name, 2, 'D', 100, waits)).fence).toBeGreaterThan(0);
+    expect((await store().acquire(semaphoreKind, name, 2, 'W', 10_000, waits)).fence).toBe(0);
+    expect((await store().acquire(semaphoreKind, name, 2, 'X', 10_000, waits)).fence).toBe(0);
     await delay(150);
     // X looks again: D's permit is free, and it goes to W, ahead of X in line.
-    expect((await store().acquirePermit(name, 'X', 2, 10_000, { ...waits, inLine: true })).fence).toBe(0);
+    expect((await store().acquire(semaphoreKind, name, 2, 'X', 10_000, { ...waits, inLine: true })).fence).toBe(0);
     expect(await redis.zscore(permits, 'W')).not.toBeNull();
 
     // C's permit runs out: the set, with W's permit in it, must outlive it.
     await delay(650);
     expect(await redis.zscore(permits, 'W')).not.toBeNull();
     expect(
-      (await store().acquirePermit(name, 'Y', 2, 10_000, { fair: false, liveness: 0, inLine: false })).fence,
+      (await store().acquire(semaphoreKind, name, 2, 'Y', 10_000, { fair: false, liveness: 0, inLine: false })).fence,
     ).toBeGreaterThan(0);
-    expect((await store().acquirePermit(name, 'Z', 2, 10_000, { fair: false, liveness: 0, inLine: false })).fence).toBe(
-      0,
-    );
+    expect(
+      (await store().acquire(semaphoreKind, name, 2, 'Z', 10_000, { fair: false, liveness: 0, inLine: false })).fence,
+    ).toBe(0);
   });
 
   it('counts a lease passed inside the process from the release that passed it, however long the waiter waited', async () => {
@@ -221,7 +222,7 @@ describe('handover at the edges', () => {
     const passing = await bootLockModule({ redis: server.url });
     try {
       const key = uniqueKey('pass-to-gone');
-      const lockKey = passing.module.get<RedisStore>(LockStore).keysOf('lock', key)[0];
+      const lockKey = passing.module.get<RedisStore>(LockStore).keysOf(lockKind, key)[0];
       const handoverLease = passing.module.get<RedisStore>(LockStore).handoverLease;
       const first = await passing.locks.lock(key);
       const second = passing.locks.lock(key, { timeout: 10_000 });

@@ -6,15 +6,16 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
+import { lockKind, semaphoreKind } from './support/kinds.js';
 import { bootLockModule, closeLockApp, type LockApp } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
 
 /** What this file needs of the store: `RedisStore#keysOf`, every Redis key one lock or semaphore touches. */
 interface KeyLayout {
-  keysOf(kind: 'lock' | 'semaphore', id: string): string[];
+  keysOf(kind: Kind, id: string): string[];
 }
-type Kind = Parameters<KeyLayout['keysOf']>[0];
-const KINDS: Kind[] = ['lock', 'semaphore'];
+type Kind = typeof lockKind | typeof semaphoreKind;
+const KINDS: Kind[] = [lockKind, semaphoreKind];
 
 /**
  * Keys whose braces could move or empty the hash tag (issue 7, defect 7), keys already holding a tag,
@@ -197,14 +198,14 @@ describe('the Redis key layout', () => {
     it('never maps two user keys, or a lock and a semaphore, to the same Redis key', () => {
       const layout = layoutOf(app);
       // Hash tags the layout itself makes (digests) are user keys too: none may land on another key's layout.
-      const tags = TRICKY_KEYS.flatMap((key) => layout.keysOf('lock', key).map(hashTagOf));
+      const tags = TRICKY_KEYS.flatMap((key) => layout.keysOf(lockKind, key).map(hashTagOf));
       const keys = [...new Set([...TRICKY_KEYS, ...tags.filter((tag): tag is string => tag !== undefined)])];
 
       const owners = new Map<string, string[]>();
       for (const kind of KINDS) {
         for (const key of keys) {
           for (const redisKey of layout.keysOf(kind, key)) {
-            owners.set(redisKey, [...(owners.get(redisKey) ?? []), `${kind} ${JSON.stringify(key).slice(0, 40)}`]);
+            owners.set(redisKey, [...(owners.get(redisKey) ?? []), `${kind.name} ${JSON.stringify(key).slice(0, 40)}`]);
           }
         }
       }
@@ -215,12 +216,12 @@ describe('the Redis key layout', () => {
     it('gives the same keys for the same user key every time, and keeps a key that already holds a tag apart', () => {
       const layout = layoutOf(app);
 
-      expect(layout.keysOf('lock', '{tag}rest')).toEqual(layout.keysOf('lock', '{tag}rest'));
-      expect(layout.keysOf('lock', 'user:{42}:profile')).not.toEqual(layout.keysOf('lock', 'user:{43}:profile'));
-      expect(layout.keysOf('lock', '{tag}rest')).not.toEqual(layout.keysOf('lock', 'tag'));
+      expect(layout.keysOf(lockKind, '{tag}rest')).toEqual(layout.keysOf(lockKind, '{tag}rest'));
+      expect(layout.keysOf(lockKind, 'user:{42}:profile')).not.toEqual(layout.keysOf(lockKind, 'user:{43}:profile'));
+      expect(layout.keysOf(lockKind, '{tag}rest')).not.toEqual(layout.keysOf(lockKind, 'tag'));
       // Keys without braces keep the documented layout, so existing locks need no migration.
-      expect(layout.keysOf('lock', 'a')).toContain('lock:{a}');
-      expect(layout.keysOf('semaphore', 'reports')).toContain('lock:sem:{reports}');
+      expect(layout.keysOf(lockKind, 'a')).toContain('lock:{a}');
+      expect(layout.keysOf(semaphoreKind, 'reports')).toContain('lock:sem:{reports}');
     });
   });
 
@@ -238,7 +239,7 @@ describe('the Redis key layout', () => {
         }
       }
       // At the bound, a key is still its own tag.
-      expect(layout.keysOf('lock', 'k'.repeat(200))[0]).toBe(`lock:{${'k'.repeat(200)}}`);
+      expect(layout.keysOf(lockKind, 'k'.repeat(200))[0]).toBe(`lock:{${'k'.repeat(200)}}`);
     });
 
     it('keeps long keys that differ only in their last character apart', async () => {
@@ -322,7 +323,7 @@ describe('the Redis key layout', () => {
         const tokens = await Promise.all(lockKeys.map((redisKey) => redis.get(redisKey).catch(() => null)));
         expect(tokens).toContain(lock.token);
         await lock.unlock();
-        const lockStrays = lockKeys.filter((redisKey) => !layout.keysOf('lock', key).includes(redisKey));
+        const lockStrays = lockKeys.filter((redisKey) => !layout.keysOf(lockKind, key).includes(redisKey));
         if (lockStrays.length > 0) strays[`lock ${label}`] = lockStrays;
 
         await redis.flushall();
@@ -333,7 +334,9 @@ describe('the Redis key layout', () => {
         );
         expect(holders.some((score) => score !== null)).toBe(true);
         await permit.release();
-        const semaphoreStrays = semaphoreKeys.filter((redisKey) => !layout.keysOf('semaphore', key).includes(redisKey));
+        const semaphoreStrays = semaphoreKeys.filter(
+          (redisKey) => !layout.keysOf(semaphoreKind, key).includes(redisKey),
+        );
         if (semaphoreStrays.length > 0) strays[`semaphore ${label}`] = semaphoreStrays;
       }
 

@@ -5,6 +5,7 @@ import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, createLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
+import { lockKind } from './support/kinds.js';
 
 /** What only Redis has: its key layout, its script cache, and the ways it fails. */
 describe('LockService on Redis', () => {
@@ -141,7 +142,11 @@ describe('LockService on Redis', () => {
             await redis.set(`lock:{${key}}`, 'holder', 'PX', 3);
             // Back to back, ~0.1 ms apart: some attempts land in the lease's last millisecond.
             for (;;) {
-              const answer = await store.acquireLock(key, 'waiter', 1_000, { fair: false, liveness: 0, inLine: false });
+              const answer = await store.acquire(lockKind, key, undefined, 'waiter', 1_000, {
+                fair: false,
+                liveness: 0,
+                inLine: false,
+              });
               if (answer.fence > 0) break;
               refusals.push(answer.retryIn);
             }

@@ -6,6 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, type LockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
+import { lockKind, semaphoreKind } from './support/kinds.js';
 
 /** Resolves with the lock and how long after `since` it was granted. */
 async function grantedAfter<L = Lock>(lease: Promise<L>, since: () => number): Promise<{ lock: L; after: number }> {
@@ -35,7 +36,7 @@ describe('wake-ups and fair order on Redis', () => {
     const stats = await redis.info('commandstats');
     return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0);
   }
-  const lineLength = async (key: string) => redis.zcard(store().keysOf('lock', key)[2]);
+  const lineLength = async (key: string) => redis.zcard(store().keysOf(lockKind, key)[2]);
   async function untilInLine(key: string, waiters: number): Promise<void> {
     const deadline = performance.now() + 10_000;
     while ((await lineLength(key)) < waiters) {
@@ -78,12 +79,12 @@ describe('wake-ups and fair order on Redis', () => {
     expect(await holder.unlock()).toBe(true);
     // The release set the key to the waiter's token and told it so.
     const lock = await waiter;
-    expect(await redis.get(store().keysOf('lock', key)[0])).toBe(lock.token);
+    expect(await redis.get(store().keysOf(lockKind, key)[0])).toBe(lock.token);
     expect(lock.fence).toBeGreaterThan(holder.fence);
     expect(lock.validity).toBeGreaterThan(0);
     // The handover lease is short: the new holder extends it to its own ttl.
     await delay(app.module.get<RedisStore>(LockStore).handoverLease + 200);
-    expect(await redis.pttl(store().keysOf('lock', key)[0])).toBeGreaterThan(20_000);
+    expect(await redis.pttl(store().keysOf(lockKind, key)[0])).toBeGreaterThan(20_000);
     await lock.unlock();
   });
 
@@ -124,19 +125,19 @@ describe('wake-ups and fair order on Redis', () => {
 
   it("keeps a handover that comes while the waiter is not waiting (its attempt on the way) for the waiter's next wait", async () => {
     const key = uniqueKey('kept-handover');
-    const turn = store().openTurn('lock', key, 'the-waiter');
+    const turn = store().openTurn(lockKind, key, 'the-waiter');
     try {
       // The first wait subscribes; it ends as soon as the subscription stands.
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0);
       // A release hands the lock over while no wait is in progress.
-      await redis.publish(store().channelOf('lock', key), 'the-waiter 42');
+      await redis.publish(store().channelOf(lockKind, key), 'the-waiter 42');
       await delay(100);
       const started = performance.now();
 
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(42);
       expect(performance.now() - started).toBeLessThan(1_000);
       // Other waiters' handovers are not kept for it.
-      await redis.publish(store().channelOf('lock', key), 'someone-else 43');
+      await redis.publish(store().channelOf(lockKind, key), 'someone-else 43');
       await delay(100);
       expect(await turn.wait({ limit: 200, step: 200 })).toBe(0);
     } finally {
@@ -259,7 +260,7 @@ describe('wake-ups and fair order on Redis', () => {
     const messages: string[] = [];
     const listener = redis.duplicate();
     try {
-      await listener.subscribe(store().channelOf('lock', key));
+      await listener.subscribe(store().channelOf(lockKind, key));
       listener.on('message', (_channel: string, message: string) => messages.push(message));
       const holder = await app.locks.lock(key);
       const sections = 20;
@@ -321,7 +322,7 @@ describe('wake-ups and fair order on Redis', () => {
       const second = app.semaphores.acquire(name, 3, { timeout: 20_000 });
       let freedAt = Infinity;
       const third = grantedAfter(app.semaphores.acquire(name, 3, { timeout: 20_000, maxStep: 10_000 }), () => freedAt);
-      while ((await redis.zcard(store().keysOf('semaphore', name)[2])) < 1) await delay(10);
+      while ((await redis.zcard(store().keysOf(semaphoreKind, name)[2])) < 1) await delay(10);
       await elsewhere[0].release(); // handed to `second`, first in Redis's line
       const secondPermit = await second;
       await delay(100);
@@ -418,7 +419,7 @@ describe('wake-ups and fair order on Redis', () => {
       const first = await spaced;
       await delay(200); // a misread message would have granted 'x' by now
       expect(plainGranted).toBe(false);
-      expect(await redis.get(store().keysOf('lock', key)[0])).toBe('x ');
+      expect(await redis.get(store().keysOf(lockKind, key)[0])).toBe('x ');
 
       expect(await first.unlock()).toBe(true);
       const second = await plain;
@@ -453,7 +454,7 @@ describe('wake-ups and fair order on Redis', () => {
     const holder = await app.locks.lock(key);
     const waiter = app.locks.lock(key);
     await untilInLine(key, 1);
-    const channel = store().channelOf('lock', key);
+    const channel = store().channelOf(lockKind, key);
     // The waiter joins the line with its attempt and subscribes right after that attempt's reply.
     expect(await untilSubscribers(channel, 1)).toEqual([channel, 1]);
 

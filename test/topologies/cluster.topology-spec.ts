@@ -10,6 +10,7 @@ import { type HoldHistoryReport, runHoldHistory } from '../support/workers.js';
 import { execFile } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { lockKind } from '../support/kinds.js';
 
 const run = promisify(execFile);
 
@@ -82,7 +83,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
       const key = uniqueKey(`sharded-wake-${fair}`);
       const holder = await app.locks.lock(key);
       const waiter = app.locks.lock(key, { fair, step: 5_000, maxStep: 5_000 });
-      const channel = store().channelOf('lock', key);
+      const channel = store().channelOf(lockKind, key);
       const { port } = await topology.primaryFor(channel);
       // Subscribed with SSUBSCRIBE on the channel's primary, not with SUBSCRIBE.
       for (let tries = 0; ; tries++) {
@@ -156,7 +157,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     const holder = await app.locks.lock(key);
     const client = new Cluster(topology.nodes);
     try {
-      const line = store().keysOf('lock', key)[2];
+      const line = store().keysOf(lockKind, key)[2];
       const labels = ['first', 'second', 'third'];
       const children = [];
       for (const [i, label] of labels.entries()) {

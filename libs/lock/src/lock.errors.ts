@@ -116,18 +116,20 @@ export class LockLostError extends LockError {
   readonly code = 'LOCK_LOST';
 
   constructor(
-    readonly kind: 'lock' | 'semaphore',
+    /** The kind of lease: `lock`, `semaphore`. */
+    readonly kind: string,
     /** The lock key or semaphore name. */
     readonly key: string,
     readonly token: string,
     readonly fence: number,
     readonly reason: 'taken' | 'expired',
+    /** The lease as the message's subject: `The lock "k"`, `A permit of semaphore "s"`. */
+    subject = `The ${kind} "${key}"`,
   ) {
-    const what = kind === 'lock' ? `The lock "${key}"` : `A permit of semaphore "${key}"`;
     const why =
       reason === 'taken'
         ? 'its renewal found it gone or held by another owner'
         : 'its lease ran out before it could be renewed';
-    super(`${what} was lost (fence ${fence}): ${why}`);
+    super(`${subject} was lost (fence ${fence}): ${why}`);
   }
 }

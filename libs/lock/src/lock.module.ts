@@ -1,5 +1,6 @@
 import type { Redis } from 'ioredis';
 import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { LeaseEngine } from './lease/lease-engine.js';
 import { Watchdog } from './lease/watchdog.js';
 import { createLockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
@@ -27,19 +28,7 @@ const SHUTDOWN_GRACE_MS = 5_000;
       inject: [LOCK_MODULE_OPTIONS],
     },
     { provide: LockStore, useFactory: createStore, inject: [LOCK_OPTIONS] },
-    {
-      provide: Watchdog,
-      useFactory: (store: LockStore, options: ResolvedModuleOptions, telemetry: LockTelemetry) => {
-        const { onLockLost } = options;
-        // What the user's hook returns goes back to the watchdog, which catches a rejection.
-        const reportLost = (error: LockLostError): unknown => {
-          telemetry.leaseLost(error);
-          return onLockLost?.(error);
-        };
-        return new Watchdog(store, reportLost, createLockLogger(options.logger, 'nest-lock'));
-      },
-      inject: [LockStore, LOCK_OPTIONS, LockTelemetry],
-    },
+    { provide: LeaseEngine, useFactory: createEngine, inject: [LockStore, LOCK_OPTIONS, LockTelemetry] },
     { provide: LockTelemetry, useFactory: () => LockTelemetry.create() },
     LockService,
     SemaphoreService,
@@ -49,7 +38,7 @@ const SHUTDOWN_GRACE_MS = 5_000;
 export class LockModule extends ConfigurableModuleClass implements OnApplicationShutdown {
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
-    @Inject(Watchdog) private readonly watchdog: Watchdog,
+    @Inject(LeaseEngine) private readonly engine: LeaseEngine,
   ) {
     super();
   }
@@ -66,10 +55,22 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
   async onApplicationShutdown(): Promise<void> {
     // Routines still running under withLock / withPermit / a decorator get a moment to finish and
     // release; closing the store under them would leave their leases held for a whole ttl.
-    await this.watchdog.drain(SHUTDOWN_GRACE_MS);
-    this.watchdog.close();
+    await this.engine.watchdog.drain(SHUTDOWN_GRACE_MS);
+    this.engine.close();
     await this.store.close();
   }
+}
+
+/** The lease core of the module, on its store: losses are counted, logged and passed to `onLockLost`. */
+function createEngine(store: LockStore, options: ResolvedModuleOptions, telemetry: LockTelemetry): LeaseEngine {
+  const { onLockLost } = options;
+  // What the user's hook returns goes back to the watchdog, which catches a rejection.
+  const reportLost = (error: LockLostError): unknown => {
+    telemetry.leaseLost(error);
+    return onLockLost?.(error);
+  };
+  const watchdog = new Watchdog(store, reportLost, createLockLogger(options.logger, 'nest-lock'));
+  return new LeaseEngine(store, watchdog, telemetry, options.commandTimeout);
 }
 
 async function createStore({

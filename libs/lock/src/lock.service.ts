@@ -1,16 +1,20 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { acquireLease, type NotGranted } from './lease/acquire-lease.js';
-import { HeldLease, type KeepPolicy, keepPolicy, type LeaseGrant, validateLeaseTtl } from './lease/held-lease.js';
-import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
-import { Watchdog } from './lease/watchdog.js';
+import { lockKind } from './kinds/lock.kind.js';
+import { HeldLease, keepPolicy } from './lease/held-lease.js';
+import type { HoldTicket } from './lease/lease-chain.js';
+import { leaseOfChain } from './lease/lease-chain.js';
+import { type HoldCall, LeaseEngine } from './lease/lease-engine.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
-import { LockTimeoutError } from './lock.errors.js';
 import type { ResolvedModuleOptions } from './lock-module.options.js';
-import { type LockOptions, validateCallOptions, validateKey, validateRoutine } from './options/call-options.js';
-import { type LockInspection, LockStore } from './store/store.js';
-import { type HoldTimer, LockTelemetry } from './telemetry/telemetry.js';
+import {
+  type LockOptions,
+  resolveAcquirePolicy,
+  validateKey,
+  validateLeaseTtl,
+  validateRoutine,
+} from './options/call-options.js';
 
 /** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Lock {
@@ -37,15 +41,26 @@ export interface Lock {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+/** A lock as `inspect` finds it. */
+export interface LockInspection {
+  held: boolean;
+  /** Milliseconds the holder's lease still runs; 0 when not held. */
+  ttl: number;
+  /** The last fence issued for the key, when the store knows it. */
+  fence?: number;
+}
+
+/**
+ * Exclusive locks shared by every process on the store. A thin facade over the lease core: each
+ * method checks what it is given, once, and hands it to `LeaseEngine` as a lease of `lockKind`.
+ */
 @Injectable()
 export class LockService implements OnModuleDestroy {
   private readonly logger: LockLogger;
 
   constructor(
-    @Inject(LockStore) private readonly store: LockStore,
+    @Inject(LeaseEngine) private readonly engine: LeaseEngine,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
-    @Inject(Watchdog) private readonly watchdog: Watchdog,
-    @Inject(LockTelemetry) private readonly telemetry: LockTelemetry,
   ) {
     this.logger = createLockLogger(options.logger, 'LockService');
     // Lets decorated methods of instances Nest built by a factory find this service.
@@ -61,14 +76,16 @@ export class LockService implements OnModuleDestroy {
    * is renewed only with `autoExtend: true`: a lock nobody unlocks must still run out.
    */
   async lock(key: string, options: LockOptions = {}): Promise<Lock> {
-    return this.acquireOrThrow(key, options, this.keep(options, false));
+    validateKey('key', key);
+    return this.engine.acquireOrThrow(this.call(key, options, false));
   }
 
   /** Exactly one attempt: the lock, or `null` when `key` is taken. */
   async tryLock(key: string, options: LockOptions = {}): Promise<Lock | null> {
-    validateCallOptions('lock', options);
-    const lock = await this.acquire(key, { ...options, timeout: 0 }, this.keep(options, false));
-    return lock instanceof HeldLock ? lock : null;
+    validateKey('key', key);
+    const call = this.call(key, options, false);
+    const lock = await this.engine.acquire({ ...call, policy: { ...call.policy, timeout: 0 } });
+    return lock instanceof HeldLease ? lock : null;
   }
 
   /**
@@ -83,12 +100,7 @@ export class LockService implements OnModuleDestroy {
   async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options: LockOptions = {}): Promise<T> {
     validateKey('key', key);
     validateRoutine(fn);
-    validateCallOptions('lock', options);
-    return holdDuring(
-      { kind: 'lock', id: key, scope: this.store },
-      () => this.acquireOrThrow(key, options, this.keep(options, true)),
-      fn,
-    );
+    return this.engine.holdDuring(this.call(key, options, true), fn);
   }
 
   /**
@@ -96,12 +108,9 @@ export class LockService implements OnModuleDestroy {
    * what `withLock` and `@WithLock` are made of.
    * @internal
    */
-  async enter(key: string, options: LockOptions = {}): Promise<HoldTicket<HeldLock>> {
+  async enter(key: string, options: LockOptions = {}): Promise<HoldTicket<HeldLease>> {
     validateKey('key', key);
-    validateCallOptions('lock', options);
-    return enterHold({ kind: 'lock', id: key, scope: this.store }, () =>
-      this.acquireOrThrow(key, options, this.keep(options, true)),
-    );
+    return this.engine.enter(this.call(key, options, true));
   }
 
   /**
@@ -113,9 +122,9 @@ export class LockService implements OnModuleDestroy {
   async unlock(key: string, token: string): Promise<boolean> {
     validateKey('key', key);
     validateKey('token', token);
-    const held = this.watchdog.leasesOf('lock', key, token);
+    const held = this.engine.leasesOf(lockKind, key, token);
     const newest = held.pop();
-    if (newest === undefined) return this.store.releaseLock(key, token);
+    if (newest === undefined) return this.engine.store.release(lockKind, key, token);
     for (const lease of held) lease.releasedElsewhere();
     newest.lose('taken');
     // Released as its holder would: the next waiter of this process, waiting for a pass, gets it at once.
@@ -130,37 +139,38 @@ export class LockService implements OnModuleDestroy {
   async expire(key: string, token: string, ttl: number): Promise<boolean> {
     validateKey('key', key);
     validateKey('token', token);
-    validateLeaseTtl(this.store, ttl);
-    const held = this.watchdog.leasesOf('lock', key, token).at(-1);
-    return held ? held.expire(ttl) : this.store.extendLock(key, token, ttl);
+    validateLeaseTtl(ttl, this.engine.driftOf);
+    const held = this.engine.leasesOf(lockKind, key, token).at(-1);
+    return held ? held.expire(ttl) : this.engine.store.extend(lockKind, key, token, ttl);
   }
 
   async isLocked(key: string): Promise<boolean> {
     validateKey('key', key);
-    return this.store.isLocked(key);
+    return (await this.engine.store.count(lockKind, key)) > 0;
   }
 
   /**
    * The lock on `key` as it stands, read-only: `held`, `ttl` (ms its lease still runs, 0 when free)
-   * and `fence` (the last fence issued for the key: always on Redis once the key was ever locked,
-   * on the memory store while it is held).
+   * and `fence` (the last fence issued for the key: on Redis for `fenceCounterTtl` after it, on the
+   * memory store while it is held).
    */
   async inspect(key: string): Promise<LockInspection> {
     validateKey('key', key);
-    return this.store.inspectLock(key);
+    const { ttls, fence } = await this.engine.store.inspect(lockKind, key);
+    return { held: ttls.length > 0, ttl: ttls[0] ?? 0, ...(fence === undefined ? {} : { fence }) };
   }
 
   /**
    * For operators: releases `key` whoever holds it (a stuck holder, a lease taken with a huge ttl),
-   * as its holder's unlock would — the next fair waiter gets it, or it is freed. The holder finds
-   * it gone at its next renewal: its `signal` aborts with `LockLostError` and `onLockLost` is told.
-   * Logged as a warning naming the key. `false` when it was not held.
+   * as its holder's unlock would — the next fair waiter gets it, or it is freed. A holder in this
+   * process loses it at once; one elsewhere finds it gone at its next renewal: its `signal` aborts with
+   * `LockLostError` and `onLockLost` is told. Logged as a warning naming the key. `false` when it was not held.
    */
   async forceUnlock(key: string): Promise<boolean> {
     validateKey('key', key);
     // A holder of this process must not count on the lease while another owner may take it.
-    for (const lease of this.watchdog.leasesOf('lock', key)) lease.releasedElsewhere();
-    const released = await this.store.forceReleaseLock(key);
+    for (const lease of this.engine.leasesOf(lockKind, key)) lease.releasedElsewhere();
+    const released = await this.engine.store.forceRelease(lockKind, key);
     this.logger.warn(
       released
         ? `forceUnlock("${key}"): an operator released the lock, whoever held it`
@@ -169,59 +179,16 @@ export class LockService implements OnModuleDestroy {
     return released;
   }
 
-  private keep(options: LockOptions, scoped: boolean): KeepPolicy {
-    return keepPolicy(scoped, options.autoExtend, this.options.defaults.autoExtend);
-  }
-
-  private async acquireOrThrow(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock> {
-    const lock = await this.acquire(key, options, keep);
-    if (lock instanceof HeldLock) return lock;
-    throw new LockTimeoutError(key, lock.waited, options.timeout ?? this.options.defaults.timeout, lock.refusal);
-  }
-
-  private async acquire(key: string, options: LockOptions, keep: KeepPolicy): Promise<HeldLock | NotGranted> {
-    validateKey('key', key);
-    // A release of an earlier lease under the caller's own token must not be retried into this one.
-    if (options.token !== undefined) this.watchdog.forgetRelease({ kind: 'lock', id: key, token: options.token });
-    const grant = await this.telemetry.observeAcquire('lock', key, () =>
-      acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
-        kind: 'lock',
-        id: key,
-        options,
-        attempt: (token, ttl, attempt) => this.store.acquireLock(key, token, ttl, attempt),
-        release: (token) => this.store.releaseLock(key, token),
-      }),
-    );
-    if (!('token' in grant)) return grant;
-    const hold = this.telemetry.startHold('lock');
-    return new HeldLock(key, grant, this.store, this.watchdog, keep, hold);
-  }
-}
-
-export class HeldLock extends HeldLease implements Lock {
-  constructor(
-    key: string,
-    grant: LeaseGrant,
-    store: LockStore,
-    watchdog: Watchdog,
-    keep: KeepPolicy,
-    /** Records the hold time when the lock is released. */
-    private readonly hold: HoldTimer,
-  ) {
-    super('lock', key, grant, store, watchdog, keep);
-  }
-
-  get key(): string {
-    return this.id;
-  }
-
-  unlock(): Promise<boolean> {
-    return this.release();
-  }
-
-  override release(): Promise<boolean> {
-    this.hold.end();
-    return super.release();
+  /** The lease `key` asks for, its options checked and resolved; `scoped`: held by `withLock` or a decorator. */
+  private call(key: string, options: LockOptions, scoped: boolean): HoldCall<undefined> {
+    const { defaults } = this.options;
+    return {
+      kind: lockKind,
+      id: key,
+      request: undefined,
+      policy: resolveAcquirePolicy('lock', defaults, options, this.engine.driftOf),
+      keep: keepPolicy(scoped, options.autoExtend, defaults.autoExtend),
+    };
   }
 }
 
@@ -230,6 +197,6 @@ export class HeldLock extends HeldLease implements Lock {
  * with no key the innermost one. For decorated methods, which are not handed their lock.
  */
 export function currentLock(key?: string): Lock | undefined {
-  const lease = leaseOfChain('lock', key);
-  return lease instanceof HeldLock ? lease : undefined;
+  const lease = leaseOfChain(lockKind.name, key);
+  return lease instanceof HeldLease ? lease : undefined;
 }

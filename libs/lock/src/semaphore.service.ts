@@ -1,24 +1,24 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
-import { acquireLease, type NotGranted } from './lease/acquire-lease.js';
-import { HeldLease, type KeepPolicy, keepPolicy, type LeaseGrant } from './lease/held-lease.js';
-import { enterHold, holdDuring, type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
-import { Watchdog } from './lease/watchdog.js';
+import { semaphoreKind } from './kinds/semaphore.kind.js';
+import { HeldLease, keepPolicy } from './lease/held-lease.js';
+import { type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
+import { type HoldCall, LeaseEngine } from './lease/lease-engine.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
-import { LocalSemaphore } from './local-semaphore.js';
+import type { LocalSemaphore } from './local-semaphore.js';
+import { type LocalPermit, LocalSemaphores } from './local-semaphores.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
-import { InvalidArgumentError, SemaphoreTimeoutError } from './lock.errors.js';
 import type { ResolvedModuleOptions } from './lock-module.options.js';
 import {
+  resolveAcquirePolicy,
   resolveLease,
   type SemaphoreOptions,
-  validateCallOptions,
   validateKey,
   validateLimit,
   validateLocalOptions,
   validateRoutine,
 } from './options/call-options.js';
-import { LockStore } from './store/store.js';
-import { type HoldTimer, LockTelemetry } from './telemetry/telemetry.js';
+
+export { LocalPermit } from './local-semaphores.js';
 
 /** A held permit of a semaphore. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Permit {
@@ -48,18 +48,18 @@ export interface PermitHolder {
 }
 
 /**
- * Counting semaphores shared by every process on the store: at most `limit` permits of a
- * name are held at once, and the permit of a holder that died comes back after its `ttl`.
+ * Counting semaphores shared by every process on the store: at most `limit` permits of a name are
+ * held at once, and the permit of a holder that died comes back after its `ttl`. A thin facade over
+ * the lease core, as `LockService` is (leases of `semaphoreKind`, whose request is the caller's
+ * limit); and in-process semaphores (`local`).
  */
 @Injectable()
 export class SemaphoreService implements OnModuleDestroy {
-  private readonly localSemaphores = new Map<string, { limit: number; semaphore: LocalSemaphore }>();
+  private readonly localSemaphores = new LocalSemaphores();
 
   constructor(
-    @Inject(LockStore) private readonly store: LockStore,
+    @Inject(LeaseEngine) private readonly engine: LeaseEngine,
     @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
-    @Inject(Watchdog) private readonly watchdog: Watchdog,
-    @Inject(LockTelemetry) private readonly telemetry: LockTelemetry,
   ) {
     // Lets decorated methods of instances Nest built by a factory find this service.
     registerLiveService(SemaphoreService, this);
@@ -74,14 +74,14 @@ export class SemaphoreService implements OnModuleDestroy {
    * The lease is renewed only with `autoExtend: true`.
    */
   async acquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit> {
-    return this.acquireOrThrow(name, limit, options, this.keep(options, false));
+    return this.engine.acquireOrThrow(this.call(name, limit, options, false));
   }
 
   /** Exactly one attempt: a permit, or `null` when all `limit` are held. */
   async tryAcquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit | null> {
-    validateCallOptions('semaphore', options);
-    const permit = await this.take(name, limit, { ...options, timeout: 0 }, this.keep(options, false));
-    return permit instanceof HeldPermit ? permit : null;
+    const call = this.call(name, limit, options, false);
+    const permit = await this.engine.acquire({ ...call, policy: { ...call.policy, timeout: 0 } });
+    return permit instanceof HeldLease ? permit : null;
   }
 
   /**
@@ -96,13 +96,9 @@ export class SemaphoreService implements OnModuleDestroy {
     fn: (permit: Permit) => T | Promise<T>,
     options: SemaphoreOptions = {},
   ): Promise<T> {
-    this.validate(name, limit, options);
+    const call = this.call(name, limit, options, true);
     validateRoutine(fn);
-    return holdDuring(
-      { kind: 'semaphore', id: name, scope: this.store },
-      () => this.acquireOrThrow(name, limit, options, this.keep(options, true)),
-      fn,
-    );
+    return this.engine.holdDuring(call, fn);
   }
 
   /**
@@ -110,11 +106,8 @@ export class SemaphoreService implements OnModuleDestroy {
    * `leave()`; what `withPermit` and `@Semaphore` are made of.
    * @internal
    */
-  async enter(name: string, limit: number, options: SemaphoreOptions = {}): Promise<HoldTicket<HeldPermit>> {
-    this.validate(name, limit, options);
-    return enterHold({ kind: 'semaphore', id: name, scope: this.store }, () =>
-      this.acquireOrThrow(name, limit, options, this.keep(options, true)),
-    );
+  async enter(name: string, limit: number, options: SemaphoreOptions = {}): Promise<HoldTicket<HeldLease>> {
+    return this.engine.enter(this.call(name, limit, options, true));
   }
 
   /**
@@ -127,14 +120,13 @@ export class SemaphoreService implements OnModuleDestroy {
     limit: number,
     options: Pick<SemaphoreOptions, 'timeout'> = {},
   ): Promise<HoldTicket<LocalPermit>> {
-    this.local(name, limit);
-    return enterHold({ kind: 'local-semaphore', id: name, scope: this }, () => this.acquireLocal(name, limit, options));
+    return this.localSemaphores.enter(name, limit, this.localTimeout(name, limit, options));
   }
 
   /** Permits of `name` held right now (expired leases not counted). */
   async count(name: string): Promise<number> {
     validateKey('name', name);
-    return this.store.countPermits(name);
+    return this.engine.store.count(semaphoreKind, name);
   }
 
   /**
@@ -144,7 +136,7 @@ export class SemaphoreService implements OnModuleDestroy {
    */
   async holders(name: string): Promise<PermitHolder[]> {
     validateKey('name', name);
-    return (await this.store.listPermits(name)).map((ttl) => ({ ttl }));
+    return (await this.engine.store.inspect(semaphoreKind, name)).ttls.map((ttl) => ({ ttl }));
   }
 
   /**
@@ -156,14 +148,7 @@ export class SemaphoreService implements OnModuleDestroy {
     limit: number,
     options: Pick<SemaphoreOptions, 'timeout'> = {},
   ): Promise<LocalPermit> {
-    validateLocalOptions(options);
-    const semaphore = this.local(name, limit);
-    const { timeout } = resolveLease(this.options.defaults, { timeout: options.timeout });
-    const start = performance.now();
-    if (!(await semaphore.wait(timeout))) {
-      throw new SemaphoreTimeoutError(name, limit, performance.now() - start, timeout);
-    }
-    return new LocalPermit(name, semaphore);
+    return this.localSemaphores.acquire(name, limit, this.localTimeout(name, limit, options));
   }
 
   /**
@@ -173,88 +158,29 @@ export class SemaphoreService implements OnModuleDestroy {
   local(name: string, limit: number): LocalSemaphore {
     validateKey('name', name);
     validateLimit(limit);
-    const existing = this.localSemaphores.get(name);
-    if (existing === undefined) {
-      const semaphore = new LocalSemaphore(limit);
-      this.localSemaphores.set(name, { limit, semaphore });
-      return semaphore;
-    }
-    if (existing.limit !== limit) {
-      throw new InvalidArgumentError('limit', `local semaphore "${name}" has limit ${existing.limit}, not ${limit}`);
-    }
-    return existing.semaphore;
+    return this.localSemaphores.of(name, limit);
   }
 
-  private validate(name: string, limit: number, options: SemaphoreOptions): void {
+  /** The lease a permit of `name` asks for, its arguments checked and resolved; `scoped`: held by `withPermit` or a decorator. */
+  private call(name: string, limit: number, options: SemaphoreOptions, scoped: boolean): HoldCall<number> {
     validateKey('name', name);
     validateLimit(limit);
-    validateCallOptions('semaphore', options);
+    const { defaults } = this.options;
+    return {
+      kind: semaphoreKind,
+      id: name,
+      request: limit,
+      policy: resolveAcquirePolicy('semaphore', defaults, options, this.engine.driftOf),
+      keep: keepPolicy(scoped, options.autoExtend, defaults.autoExtend),
+    };
   }
 
-  private keep(options: SemaphoreOptions, scoped: boolean): KeepPolicy {
-    return keepPolicy(scoped, options.autoExtend, this.options.defaults.autoExtend);
-  }
-
-  private async acquireOrThrow(
-    name: string,
-    limit: number,
-    options: SemaphoreOptions,
-    keep: KeepPolicy,
-  ): Promise<HeldPermit> {
-    const permit = await this.take(name, limit, options, keep);
-    if (permit instanceof HeldPermit) return permit;
-    throw new SemaphoreTimeoutError(
-      name,
-      limit,
-      permit.waited,
-      options.timeout ?? this.options.defaults.timeout,
-      permit.refusal,
-    );
-  }
-
-  private async take(
-    name: string,
-    limit: number,
-    options: SemaphoreOptions,
-    keep: KeepPolicy,
-  ): Promise<HeldPermit | NotGranted> {
+  /** A local semaphore's wait: its name and limit checked, and `timeout`, the one option it honours. */
+  private localTimeout(name: string, limit: number, options: Pick<SemaphoreOptions, 'timeout'>): number {
     validateKey('name', name);
     validateLimit(limit);
-    const grant = await this.telemetry.observeAcquire('semaphore', name, () =>
-      acquireLease(this.store, this.options.defaults, this.options.commandTimeout, {
-        kind: 'semaphore',
-        id: name,
-        options,
-        attempt: (token, ttl, attempt) => this.store.acquirePermit(name, token, limit, ttl, attempt),
-        release: (token) => this.store.releasePermit(name, token),
-      }),
-    );
-    if (!('token' in grant)) return grant;
-    const hold = this.telemetry.startHold('semaphore');
-    return new HeldPermit(name, grant, this.store, this.watchdog, keep, hold);
-  }
-}
-
-export class HeldPermit extends HeldLease implements Permit {
-  constructor(
-    name: string,
-    grant: LeaseGrant,
-    store: LockStore,
-    watchdog: Watchdog,
-    keep: KeepPolicy,
-    /** Records the hold time when the permit is released. */
-    private readonly hold: HoldTimer,
-  ) {
-    super('semaphore', name, grant, store, watchdog, keep);
-  }
-
-  get name(): string {
-    return this.id;
-  }
-
-  override release(): Promise<boolean> {
-    this.hold.end();
-    return super.release();
+    validateLocalOptions(options);
+    return resolveLease(this.options.defaults, { timeout: options.timeout }).timeout;
   }
 }
 
@@ -263,36 +189,6 @@ export class HeldPermit extends HeldLease implements Permit {
  * or with no name the innermost one.
  */
 export function currentPermit(name?: string): Permit | undefined {
-  const lease = leaseOfChain('semaphore', name);
-  return lease instanceof HeldPermit ? lease : undefined;
-}
-
-/** A resource taken from a `LocalSemaphore`; `release()` posts it back once. */
-export class LocalPermit {
-  private released = false;
-
-  constructor(
-    readonly name: string,
-    private readonly semaphore: LocalSemaphore,
-  ) {}
-
-  get held(): boolean {
-    return !this.released;
-  }
-
-  async release(): Promise<boolean> {
-    if (this.released) return false;
-    this.released = true;
-    this.semaphore.post();
-    return true;
-  }
-
-  /** The same as `release()`, which cannot fail. */
-  async releaseQuietly(): Promise<void> {
-    await this.release();
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.release();
-  }
+  const lease = leaseOfChain(semaphoreKind.name, name);
+  return lease instanceof HeldLease ? lease : undefined;
 }

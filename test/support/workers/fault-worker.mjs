@@ -31,6 +31,7 @@ import { NestFactory } from '@nestjs/core';
 import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
 import { LockModule, LockService, LockStore, SemaphoreService } from '../../../libs/lock/dist/index.js';
+import { lockKind } from '../../../libs/lock/dist/kinds/lock.kind.js';
 
 const config = JSON.parse(process.argv[2]);
 const summary = {
@@ -340,8 +341,8 @@ return 1`,
 function lockKeyOf(key) {
   const lockKey = `lock:{${key}}`;
   const store = app.get(LockStore);
-  if (typeof store.keysOf === 'function' && store.keysOf('lock', key)[0] !== lockKey) {
-    throw new Error(`the lock key of "${key}" is ${store.keysOf('lock', key)[0]}, not ${lockKey}`);
+  if (typeof store.keysOf === 'function' && store.keysOf(lockKind, key)[0] !== lockKey) {
+    throw new Error(`the lock key of "${key}" is ${store.keysOf(lockKind, key)[0]}, not ${lockKey}`);
   }
   return lockKey;
 }

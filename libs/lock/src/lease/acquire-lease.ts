@@ -1,21 +1,10 @@
-import { randomFillSync } from 'node:crypto';
-import { type LeaseDefaults, type LockOptions, resolveLease, validateCallOptions } from '../options/call-options.js';
-import type { Attempt, AttemptOptions, LeaseKind, LockStore, Turn } from '../store/store.js';
-import { driftOf, type LeaseGrant, validateLeaseTtl } from './held-lease.js';
-import { lineOf, localLines } from './local-line.js';
+import type { LeaseKind } from '../kinds/lease-kind.js';
+import type { AcquirePolicy } from '../options/call-options.js';
+import type { Turn } from '../store/store.js';
+import { driftOf, type LeaseGrant, type LeaseKeeping } from './held-lease.js';
+import { lineOf } from './local-line.js';
+import { createOwnerToken } from './owner-token.js';
 import { waitForLease } from './wait-for-lease.js';
-
-/** One lease to take: a lock key or a semaphore name, and how the store takes and gives it back. */
-export interface LeaseRequest {
-  kind: LeaseKind;
-  /** The lock key or semaphore name (validated by the caller). */
-  id: string;
-  /** Per-call options; for semaphores without `token`. */
-  options: LockOptions;
-  /** One attempt. */
-  attempt(token: string, ttl: number, options: AttemptOptions): Promise<Attempt>;
-  release(token: string): Promise<boolean>;
-}
 
 /** No lease within the timeout: how long it waited, and why the store refused when no holder was the reason. */
 export interface NotGranted {
@@ -23,33 +12,39 @@ export interface NotGranted {
   refusal?: string;
 }
 
+/** One lease to take, its options checked and resolved by the public method that was called. */
+export interface LeaseCall<Request = unknown> {
+  readonly kind: LeaseKind<Request>;
+  /** The lock key or semaphore name. */
+  readonly id: string;
+  /** What the caller asks for beyond the lease (a semaphore's limit). */
+  readonly request: Request;
+  readonly policy: AcquirePolicy;
+}
+
 /**
- * Validates a request's options and takes the lease: fair requests first wait for their turn
- * among this process's waiters, then every request runs the shared wait loop. Resolves with the
- * grant, or with how long it waited when the timeout passed; the caller turns that into its own error.
+ * Takes the lease of `call`: a fair request first waits for its turn among this process's waiters,
+ * then every request runs the shared wait loop. Resolves with the grant, or with how long it waited
+ * when the timeout passed; the caller turns that into its kind's error.
  */
-export async function acquireLease(
-  store: LockStore,
-  defaults: Readonly<LeaseDefaults & { fair: boolean }>,
+export async function acquireLease<Request>(
+  { store, lines }: Pick<LeaseKeeping, 'store' | 'lines'>,
+  call: LeaseCall<Request>,
   commandTimeout: number,
-  request: LeaseRequest,
 ): Promise<LeaseGrant | NotGranted> {
-  const { kind, id, options } = request;
-  validateCallOptions(kind, options);
-  const policy = resolveLease(defaults, options);
-  validateLeaseTtl(store, policy.ttl, options.ttl === undefined ? 'defaults.ttl' : 'ttl');
-  const fair = options.fair ?? defaults.fair;
-  const token = options.token ?? createOwnerToken();
+  const { kind, id, request, policy } = call;
+  const { fair, signal } = policy;
+  const token = policy.token ?? createOwnerToken();
   const start = performance.now();
+  const release = () => store.release(kind, id, token);
 
   // A single attempt (timeout 0) queues nowhere.
-  const lines = localLines(store);
   const line = lineOf(kind, id);
   let leaveLocalLine: (() => void) | null = null;
   let queuedLocally = false;
   if (fair && policy.timeout > 0) {
     queuedLocally = lines.isBusy(line);
-    leaveLocalLine = await lines.enter(line, start + policy.timeout, options.signal);
+    leaveLocalLine = await lines.enter(line, start + policy.timeout, signal);
     if (leaveLocalLine === null) return { waited: performance.now() - start };
   }
   // Opened before the first attempt: a lease handed over while an attempt is on its way is kept.
@@ -67,32 +62,27 @@ export async function acquireLease(
     /** Whether a lease of `leaseMs` that began no earlier than `sentAt` still runs by this process's clock. */
     const stillRuns = (sentAt: number, leaseMs: number) =>
       performance.now() < sentAt + leaseMs - driftOf(store, leaseMs);
-    // A grant whose answer came back after its lease ran out may already be someone else's lock:
+    // A grant whose answer came back after its lease ran out may already be someone else's lease:
     // it is given back, and the wait goes on (as Redlock does with a validity ≤ 0).
     const ranOutOnArrival = async (sentAt: number, leaseMs: number): Promise<boolean> => {
       if (stillRuns(sentAt, leaseMs)) return false;
-      await request.release(token).catch(() => undefined);
+      await release().catch(() => undefined);
       return true;
     };
-    // A holder of this process passes the lock to this waiter when it releases (see LocalLines): wait
-    // for that rather than join the store's line, until its lease runs out at the latest (a holder
-    // that never releases passes nothing). The release is sent after this wait began. (Not for a
-    // semaphore: another of its permits may be free now.)
-    const passBy = leaveLocalLine && kind === 'lock' ? lines.expectsPassBy(line, token) : undefined;
+    // A holder of this process passes an exclusive lease to this waiter when it releases (see
+    // LocalLines): wait for that rather than join the store's line, until its lease runs out at the
+    // latest (a holder that never releases passes nothing). The release is sent after this wait began.
+    // (Not for a lease with room for several: another of its holders may leave now.)
+    const passBy = leaveLocalLine && kind.exclusive ? lines.expectsPassBy(line, token) : undefined;
     if (passBy !== undefined) {
       const waitStart = performance.now();
       const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart, passBy + 1 - waitStart));
-      const fence = await waitForPass(
-        turn,
-        limit,
-        (notPassed) => lines.onNotPassed(line, token, notPassed),
-        options.signal,
-      );
+      const fence = await waitForPass(turn, limit, (notPassed) => lines.onNotPassed(line, token, notPassed), signal);
       if (fence > 0) {
-        if (options.signal?.aborted) {
+        if (signal?.aborted) {
           // Passed as the caller gave up: nobody will use it.
-          await request.release(token).catch(() => undefined);
-          throw options.signal.reason;
+          await release().catch(() => undefined);
+          throw signal.reason;
         }
         const handover = Math.min(store.handoverLease, policy.ttl);
         const sentAt = lines.passSentAt(line, token, fence) ?? waitStart;
@@ -108,7 +98,8 @@ export async function acquireLease(
       {
         attempt: async (join, inLine) => {
           const sentAt = performance.now();
-          const answer = await request.attempt(token, policy.ttl, { fair, liveness: join ? liveness : 0, inLine });
+          const options = { fair, liveness: join ? liveness : 0, inLine };
+          const answer = await store.acquire(kind, id, request, token, policy.ttl, options);
           if (answer.fence === 0) {
             toldToWaitAt = sentAt;
             fenceAtWait = answer.lastFence ?? 0;
@@ -116,8 +107,8 @@ export async function acquireLease(
           }
           return answer.fence > 0 && (await ranOutOnArrival(sentAt, policy.ttl)) ? { fence: 0, retryIn: 0 } : answer;
         },
-        pause: async (wait, signal) => {
-          const fence = await turn.wait(wait, signal);
+        pause: async (wait, pauseSignal) => {
+          const fence = await turn.wait(wait, pauseSignal);
           if (fence === 0) return null;
           const handover = Math.min(store.handoverLease, policy.ttl);
           // Passed by a release of this process: its lease began after that release was sent.
@@ -132,10 +123,10 @@ export async function acquireLease(
           // given back): the next attempt finds out (a lease still its own is granted again, with a new fence).
           return null;
         },
-        release: () => request.release(token),
+        release,
       },
       { ...policy, timeout: Math.max(0, start + policy.timeout - performance.now()) },
-      options.signal,
+      signal,
     );
     if (won === null) return { waited: performance.now() - start, ...(refusal ? { refusal } : {}) };
     // The lease began before its answer came: it runs out on the store by now + its ttl there (the
@@ -184,18 +175,4 @@ async function waitForPass(
     signal?.removeEventListener('abort', forwardAbort);
     onNotPassed(undefined);
   }
-}
-
-/** Random bytes drawn 4 KiB at a time: one call into the CSPRNG per 256 tokens instead of one each. */
-const tokenPool = Buffer.alloc(4096);
-let tokenPoolOffset = tokenPool.length;
-
-/** 128 random bits, fresh for every acquisition, so that no two owners ever share a token. */
-function createOwnerToken(): string {
-  if (tokenPoolOffset === tokenPool.length) {
-    randomFillSync(tokenPool);
-    tokenPoolOffset = 0;
-  }
-  tokenPoolOffset += 16;
-  return tokenPool.toString('base64url', tokenPoolOffset - 16, tokenPoolOffset);
 }

@@ -1,8 +1,13 @@
-import { errorMessage, InvalidArgumentError, LockBackendError, LockLostError } from '../lock.errors.js';
-import { driftMargin, duration } from '../options/durations.js';
-import type { LeaseKind, LockStore, Successor } from '../store/store.js';
-import { lineOf, localLines } from './local-line.js';
-import type { Watchdog } from './watchdog.js';
+import type { LeaseKind } from '../kinds/lease-kind.js';
+import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
+import { validateLeaseTtl } from '../options/call-options.js';
+import { driftMargin } from '../options/durations.js';
+import type { LockStore } from '../store/store.js';
+import type { HoldTimer } from '../telemetry/telemetry.js';
+import { LeaseShare } from './lease-share.js';
+import { type LocalLines, lineOf } from './local-line.js';
+import type { ReleaseRetries } from './release-retries.js';
+import type { Watchdog, WatchedLease } from './watchdog.js';
 
 /** What the wait loop hands over when a lease is won. */
 export interface LeaseGrant {
@@ -38,33 +43,26 @@ export function keepPolicy(scoped: boolean, autoExtend: boolean | undefined, sco
   return { autoExtend: autoExtend ?? scopedDefault, reportLoss: true };
 }
 
-/** The drift margin of a lease of `store`: its own rule when it has one (Redlock's `driftFactor`), else `driftMargin`'s. */
+/** What keeps the held leases of one module: its store, watchdog, release retries and local lines. */
+export interface LeaseKeeping {
+  readonly store: LockStore;
+  readonly watchdog: Watchdog;
+  readonly releases: ReleaseRetries;
+  readonly lines: LocalLines;
+}
+
+/** The drift margin of a lease of `ttl` on `store`: its own rule when it has one (Redlock's `driftFactor`). */
 export function driftOf(store: LockStore, ttl: number): number {
   return store.clockDrift?.(ttl) ?? driftMargin(ttl);
 }
 
 /**
- * Validates a lease's `ttl` for `store`: a duration longer than its drift margin, since a holder
- * never counts on that margin and a shorter lease could never be valid when granted.
+ * One lease a caller holds, of any kind. It knows how long it is still valid (from the send time of
+ * the last acquire or extension that succeeded, so a late reply never stretches it), aborts its
+ * `signal` once it is lost, and is released once. `Lock` and `Permit` are its typed views: `key`
+ * and `unlock()` are `name` and `release()` under the names each kind's users expect.
  */
-export function validateLeaseTtl(store: LockStore, ttl: unknown, argument = 'ttl'): number {
-  duration(argument, ttl);
-  const margin = driftOf(store, ttl as number);
-  if ((ttl as number) <= margin) {
-    throw new InvalidArgumentError(
-      argument,
-      `must be longer than its clock-drift margin (${+margin.toFixed(2)} ms), the part of a lease a holder never counts on; got ${ttl as number}`,
-    );
-  }
-  return ttl as number;
-}
-
-/**
- * One lease a caller holds: a lock or a permit. It knows how long it is still valid (from the
- * send time of the last acquire or renewal that succeeded, so a late reply never stretches it),
- * aborts its `signal` once it is lost, and is released once.
- */
-export class HeldLease {
+export class HeldLease implements WatchedLease {
   private state: 'held' | 'released' | 'lost' = 'held';
   /** Made on first use of `signal`: most leases are released before anybody looks at it. */
   private lostController?: AbortController;
@@ -73,16 +71,16 @@ export class HeldLease {
   private validUntil: number;
   /** The lease length used by renewals: the ttl it was taken with, or the last one given to `expire()`. */
   private leaseTtl: number;
-  /** When the watchdog should renew it next (only with `autoExtend`). */
-  renewAt: number;
-  /** How long the lease the store holds now runs: the short handover lease until the first renewal, then the ttl. */
-  serverLease: number;
   /**
    * Settles once the extension on its way (a renewal, or `expire()`) has been answered and its answer
    * applied; `undefined` when none is. One at a time: Redis applies the commands of a lease in the order
    * they were sent, and so are their answers here — an older answer never undoes a newer one.
    */
   private extension?: Promise<void>;
+  /** When the watchdog should renew it next (only with `autoExtend`). */
+  renewAt: number;
+  /** How long the lease the store holds now runs: the short handover lease until the first renewal, then the ttl. */
+  serverLease: number;
   /** Handed over for a short lease: the watchdog extends it to `ttl` once, `autoExtend` or not. */
   mustExtend: boolean;
 
@@ -95,19 +93,30 @@ export class HeldLease {
     /** The lock key or semaphore name. */
     readonly id: string,
     grant: LeaseGrant,
-    private readonly store: LockStore,
-    private readonly watchdog: Watchdog,
+    private readonly keeping: LeaseKeeping,
     public policy: KeepPolicy,
+    /** Records the hold time when the lease is released. */
+    private readonly hold: HoldTimer,
   ) {
     this.token = grant.token;
     this.fence = grant.fence;
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
-    this.validUntil = grant.sentAt + grant.serverTtl - driftOf(store, grant.serverTtl);
+    this.validUntil = grant.sentAt + grant.serverTtl - driftOf(keeping.store, grant.serverTtl);
     this.renewAt = grant.sentAt + grant.serverTtl / 3;
     this.serverLease = grant.serverTtl;
     this.mustExtend = grant.serverTtl < grant.ttl;
-    watchdog.track(this);
+    keeping.watchdog.track(this);
+  }
+
+  /** The lock key (`Lock.key`). */
+  get key(): string {
+    return this.id;
+  }
+
+  /** The semaphore name (`Permit.name`). */
+  get name(): string {
+    return this.id;
   }
 
   /** Aborted with a `LockLostError` once the lease is known to be lost; never by an intentional release. */
@@ -149,17 +158,14 @@ export class HeldLease {
    * on its way to be answered first, so that the two never both decide.
    */
   async expire(ttl: number = this.leaseTtl): Promise<boolean> {
-    validateLeaseTtl(this.store, ttl);
+    validateLeaseTtl(ttl, (lease) => driftOf(this.keeping.store, lease));
     while (this.extension !== undefined) await this.extension;
     if (this.state !== 'held') return false;
     this.leaseTtl = ttl;
     const sent = this.extensionSent(ttl);
     let renewed: boolean;
     try {
-      renewed =
-        this.kind === 'lock'
-          ? await this.store.extendLock(this.id, this.token, ttl)
-          : await this.store.extendPermit(this.id, this.token, ttl);
+      renewed = await this.keeping.store.extend(this.kind, this.id, this.token, ttl);
     } catch (error) {
       sent.answered('failed');
       throw error;
@@ -181,7 +187,7 @@ export class HeldLease {
    */
   extensionSent(ttl: number): { answered(outcome: 'renewed' | 'lost' | 'failed'): void } {
     const sentAt = performance.now();
-    this.validUntil = Math.min(this.validUntil, sentAt + ttl - driftOf(this.store, ttl));
+    this.validUntil = Math.min(this.validUntil, sentAt + ttl - driftOf(this.keeping.store, ttl));
     let settle!: () => void;
     this.extension = new Promise<void>((resolve) => (settle = resolve));
     return {
@@ -192,9 +198,14 @@ export class HeldLease {
         if (outcome === 'renewed') this.renewed(sentAt, ttl);
         else if (outcome === 'lost') this.lose('taken');
         // Its renewal, or its deadline, may now come sooner than the watchdog's timer.
-        if (this.state === 'held') this.watchdog.track(this);
+        if (this.state === 'held') this.keeping.watchdog.track(this);
       },
     };
+  }
+
+  /** `Lock.unlock()`: `release()` under the lock's name for it. */
+  unlock(): Promise<boolean> {
+    return this.release();
   }
 
   /**
@@ -207,47 +218,34 @@ export class HeldLease {
   async release(): Promise<boolean> {
     if (this.state === 'released') return false;
     this.state = 'released';
-    this.watchdog.untrack(this);
+    this.hold.end();
+    const { store, watchdog, releases, lines } = this.keeping;
+    watchdog.untrack(this);
     // The first waiter of this process, if any, may take the lease over in the same step (not when
     // retried later: by then it waits in the store's line like any other).
-    const giveBack = (successor?: Successor) =>
-      this.kind === 'lock'
-        ? this.store.releaseLock(this.id, this.token, successor)
-        : this.store.releasePermit(this.id, this.token, successor);
+    const successor = lines.successor(lineOf(this.kind, this.id), this.token);
     try {
-      return await giveBack(localLines(this.store).successor(lineOf(this.kind, this.id), this.token));
+      return await store.release(this.kind, this.id, this.token, successor);
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
-      const serverDeadline = this.validUntil + driftOf(this.store, this.leaseTtl);
+      const serverDeadline = this.validUntil + driftOf(store, this.leaseTtl);
       if (error instanceof LockBackendError && error.transient) {
-        this.watchdog.retryRelease(
-          { kind: this.kind, id: this.id, token: this.token, ttl: this.leaseTtl },
-          giveBack,
-          serverDeadline,
-        );
+        releases.retry(this, () => store.release(this.kind, this.id, this.token), serverDeadline);
       }
       throw error;
     }
-  }
-
-  /** An extension sent at `sentAt` succeeded. */
-  private renewed(sentAt: number, ttl: number): void {
-    localLines(this.store).renewed(lineOf(this.kind, this.id), this.token, performance.now() + ttl);
-    this.mustExtend = false;
-    this.validUntil = sentAt + ttl - driftOf(this.store, ttl);
-    this.renewAt = sentAt + ttl / 3;
-    this.serverLease = ttl;
   }
 
   /** Called once it is known that the lease is no longer ours. */
   lose(reason: LockLostError['reason']): void {
     if (this.state !== 'held') return;
     this.state = 'lost';
-    this.watchdog.untrack(this);
-    const error = new LockLostError(this.kind, this.id, this.token, this.fence, reason);
+    this.keeping.watchdog.untrack(this);
+    const { kind, id, token, fence } = this;
+    const error = new LockLostError(kind.name, id, token, fence, reason, kind.describeLost(id));
     this.lostError = error;
     this.lostController?.abort(error);
-    if (this.policy.reportLoss) this.watchdog.reportLost(error);
+    if (this.policy.reportLoss) this.keeping.watchdog.reportLost(error);
   }
 
   /**
@@ -264,7 +262,7 @@ export class HeldLease {
   keepAlive(): void {
     if (this.policy.autoExtend || this.state !== 'held') return;
     this.policy = { ...this.policy, autoExtend: true };
-    this.watchdog.track(this);
+    this.keeping.watchdog.track(this);
   }
 
   /**
@@ -283,8 +281,8 @@ export class HeldLease {
 
   /** A failed release is logged, never thrown over the caller's result or error: the lease runs out on its own. */
   warnReleaseFailed(error: unknown): void {
-    this.watchdog.logger.warn(
-      `Could not release ${this.subject} (${errorMessage(error)}); its lease will expire on its own`,
+    this.keeping.watchdog.logger.warn(
+      `Could not release ${this.kind.describe(this.id)} (${errorMessage(error)}); its lease will expire on its own`,
     );
   }
 
@@ -292,61 +290,12 @@ export class HeldLease {
     await this.releaseQuietly();
   }
 
-  /** What is held, for messages: `lock "order:42"`, `a permit of "reports"`. */
-  get subject(): string {
-    return this.kind === 'lock' ? `lock "${this.id}"` : `a permit of "${this.id}"`;
-  }
-}
-
-/** One holder's share of a lease held by several holders of a call chain (see `HeldLease.shareWith`). */
-export class LeaseShare {
-  constructor(
-    private readonly lease: HeldLease,
-    private readonly leave: () => Promise<boolean>,
-  ) {}
-
-  get key(): string {
-    return this.lease.id;
-  }
-
-  get name(): string {
-    return this.lease.id;
-  }
-
-  get token(): string {
-    return this.lease.token;
-  }
-
-  get elapsed(): number {
-    return this.lease.elapsed;
-  }
-
-  get fence(): number {
-    return this.lease.fence;
-  }
-
-  get signal(): AbortSignal {
-    return this.lease.signal;
-  }
-
-  get validity(): number {
-    return this.lease.validity;
-  }
-
-  expire(ttl?: number): Promise<boolean> {
-    return this.lease.expire(ttl);
-  }
-
-  /** Ends this holder's share: the lease is given back when the last holder's share ends. */
-  unlock(): Promise<boolean> {
-    return this.leave();
-  }
-
-  release(): Promise<boolean> {
-    return this.leave();
-  }
-
-  async [Symbol.asyncDispose](): Promise<void> {
-    await this.leave().catch((error: unknown) => this.lease.warnReleaseFailed(error));
+  /** An extension sent at `sentAt` succeeded. */
+  private renewed(sentAt: number, ttl: number): void {
+    this.keeping.lines.renewed(lineOf(this.kind, this.id), this.token, performance.now() + ttl);
+    this.mustExtend = false;
+    this.validUntil = sentAt + ttl - driftOf(this.keeping.store, ttl);
+    this.renewAt = sentAt + ttl / 3;
+    this.serverLease = ttl;
   }
 }

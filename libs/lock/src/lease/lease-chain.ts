@@ -1,7 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import type { LeaseKind } from '../store/store.js';
 
-/** A lease a call chain can hold: a lock, a permit, or a permit of a `LocalSemaphore`. */
+/** A lease a call chain can hold: a lease of any kind, or a permit of a `LocalSemaphore`. */
 export interface ChainLease {
   /** Neither released nor lost. */
   readonly held: boolean;
@@ -14,8 +13,6 @@ export interface ChainLease {
   /** What one holder sees of the lease: the same lease, whose `unlock()` / `release()` ends only its own share. */
   shareWith?(leave: () => Promise<boolean>): object;
 }
-
-export type ChainLeaseKind = LeaseKind | 'local-semaphore';
 
 /**
  * One lease shared by the holders of a call chain: the outer `withLock` and every nested
@@ -76,9 +73,9 @@ export interface HoldTicket<L extends ChainLease> {
   leave(): Promise<void>;
 }
 
-/** Which lease of the chain: a kind and a key (or semaphore name), of one store. */
+/** Which lease of the chain: a kind (its name: `lock`, `semaphore`, `local-semaphore`) and a key, of one store. */
 export interface HoldEntry {
-  kind: ChainLeaseKind;
+  kind: string;
   id: string;
   /** The store (or service) the lease belongs to: two applications in one process never share a lease. */
   scope: object;
@@ -116,7 +113,7 @@ export async function holdDuring<L extends ChainLease, H, T>(
 }
 
 /** The lease of `kind` on `id` (or with no `id` the innermost one) that this chain holds, lost or not. */
-export function leaseOfChain(kind: ChainLeaseKind, id?: string): ChainLease | undefined {
+export function leaseOfChain(kind: string, id?: string): ChainLease | undefined {
   const holds = holdsOfChain.getStore();
   let innermost: ChainLease | undefined;
   for (const hold of holds?.values() ?? []) {

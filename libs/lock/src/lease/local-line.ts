@@ -1,4 +1,5 @@
-import type { LockStore, Successor } from '../store/store.js';
+import type { LeaseKind } from '../kinds/lease-kind.js';
+import type { Successor } from '../store/store.js';
 
 interface Turn {
   /** Gives the turn to this waiter. */
@@ -42,7 +43,7 @@ interface Line {
 const MAX_PASSES_IN_A_ROW = 16;
 
 /**
- * The fair waiters of one process, per lock or semaphore, in order of arrival: only the first of
+ * The fair waiters of one module in this process, per lease, in order of arrival: only the first of
  * each line (the head) waits on the store (and in the store's own line, across processes); the
  * others wait here, without a timer or a round trip each, until the one before them is done.
  *
@@ -202,16 +203,7 @@ export class LocalLines {
   }
 }
 
-const localLinesOf = new WeakMap<LockStore, LocalLines>();
-
-/** The fair waiters of `store`'s locks and semaphores in this process. */
-export function localLines(store: LockStore): LocalLines {
-  let lines = localLinesOf.get(store);
-  if (lines === undefined) localLinesOf.set(store, (lines = new LocalLines()));
-  return lines;
-}
-
-/** The local line of a lock or semaphore. */
-export function lineOf(kind: string, id: string): string {
-  return `${kind}\0${id}`;
+/** The local line of a lease. */
+export function lineOf(kind: LeaseKind, id: string): string {
+  return `${kind.name}\0${id}`;
 }

@@ -1,7 +1,8 @@
 import { describe, expect, it } from '@jest/globals';
 import { LockBackendError } from '../lock.errors.js';
 import type { TurnWait } from '../store/store.js';
-import { type HandedLease, sleep, waitForLease, type WaitPolicy } from './wait-for-lease.js';
+import { sleep } from '../util/sleep.js';
+import { type HandedLease, waitForLease, type WaitPolicy } from './wait-for-lease.js';
 
 /** An attempt that answers from a script (a fence, 0 = taken, or an error), recording when it was made. */
 function scriptedLease(answers: (number | Error)[], fallback: number | Error = 0) {

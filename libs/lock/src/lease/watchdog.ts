@@ -1,7 +1,30 @@
+import type { LeaseKind } from '../kinds/lease-kind.js';
 import { errorMessage, LockBackendError, type LockLostError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../options/durations.js';
-import type { LeaseKind, LeaseRenewal, LockStore } from '../store/store.js';
-import type { HeldLease } from './held-lease.js';
+import type { LockStore } from '../store/store.js';
+
+/** What the watchdog reads and calls of a held lease (`HeldLease`). */
+export interface WatchedLease {
+  readonly kind: LeaseKind;
+  readonly id: string;
+  readonly token: string;
+  /** The lease length renewals use. */
+  readonly ttl: number;
+  /** `performance.now()` after which the lease counts as lost unless renewed. */
+  readonly deadline: number;
+  /** When the watchdog should renew it next (with `autoExtend`, or while it `mustExtend`). */
+  renewAt: number;
+  /** How long the lease the store holds now runs (the short handover lease until the first renewal). */
+  readonly serverLease: number;
+  /** An extension is on its way: the watchdog sends no second one, and its answer decides. */
+  readonly renewing: boolean;
+  /** Handed over for a short lease: renewed once, `autoExtend` or not. */
+  readonly mustExtend: boolean;
+  readonly policy: { readonly autoExtend: boolean; readonly reportLoss: boolean };
+  /** An extension to `ttl` is sent now; `answered` applies its outcome (see `HeldLease.extensionSent`). */
+  extensionSent(ttl: number): { answered(outcome: 'renewed' | 'lost' | 'failed'): void };
+  lose(reason: LockLostError['reason']): void;
+}
 
 /**
  * Keeps the leases a process holds: renews those with `autoExtend` every `ttl / 3` by
@@ -13,11 +36,9 @@ import type { HeldLease } from './held-lease.js';
  * lease's `signal`. Answers that arrive after an intentional release are ignored.
  */
 export class Watchdog {
-  private readonly leases = new Set<HeldLease>();
+  private readonly leases = new Set<WatchedLease>();
   /** The same leases by kind and id (one token may hold one key twice: a caller's own token, given twice). */
-  private readonly byId = new Map<string, Set<HeldLease>>();
-  /** Releases being retried, by kind, id and token. */
-  private readonly releaseRetries = new Map<string, { timer?: NodeJS.Timeout; cancelled: boolean }>();
+  private readonly byId = new Map<string, Set<WatchedLease>>();
   private timer?: NodeJS.Timeout;
   /** `performance.now()` at which `timer` fires; `Infinity` when none is set. */
   private timerDue = Infinity;
@@ -31,7 +52,7 @@ export class Watchdog {
   ) {}
 
   /** Keeps `lease`, or looks at its times again after they moved (an extension was answered). */
-  track(lease: HeldLease): void {
+  track(lease: WatchedLease): void {
     if (this.closed) return;
     if (!this.leases.has(lease)) {
       this.leases.add(lease);
@@ -45,7 +66,7 @@ export class Watchdog {
     if (due < this.timerDue) this.schedule(due);
   }
 
-  untrack(lease: HeldLease): void {
+  untrack(lease: WatchedLease): void {
     if (!this.leases.delete(lease)) return;
     const id = idKeyOf(lease.kind, lease.id);
     const leases = this.byId.get(id);
@@ -57,8 +78,8 @@ export class Watchdog {
    * The leases of `kind` on `id` held in this process — by `token`, or by anybody without one —
    * newest last (released and lost ones are not kept).
    */
-  leasesOf(kind: LeaseKind, id: string, token?: string): HeldLease[] {
-    const leases = [...(this.byId.get(idKeyOf(kind, id)) ?? [])];
+  leasesOf<L extends WatchedLease>(kind: LeaseKind, id: string, token?: string): L[] {
+    const leases = [...(this.byId.get(idKeyOf(kind, id)) ?? [])] as L[];
     return token === undefined ? leases : leases.filter((lease) => lease.token === token);
   }
 
@@ -75,47 +96,6 @@ export class Watchdog {
   }
 
   /**
-   * Tries a release that failed again, backing off from 50 ms to 1 s, until it gets an answer or
-   * `until` (`performance.now()`) passes, after which the server has let the lease go by itself.
-   * Compare-and-delete makes a late retry harmless to other owners; `forgetRelease` stops it when
-   * the same token takes the same lock again (a caller's own token), so it never frees that lease.
-   */
-  retryRelease(lease: LeaseRenewal, giveBack: () => Promise<unknown>, until: number): void {
-    const key = retryKeyOf(lease);
-    this.forgetRelease(lease);
-    const retrying = { timer: undefined as NodeJS.Timeout | undefined, cancelled: false };
-    const done = () => {
-      if (this.releaseRetries.get(key) === retrying) this.releaseRetries.delete(key);
-    };
-    const retry = (delay: number) => {
-      if (this.closed || retrying.cancelled || performance.now() + delay >= until) return done();
-      retrying.timer = setTimeout(() => {
-        if (retrying.cancelled) return;
-        giveBack().then(done, (error: unknown) => {
-          if (error instanceof LockBackendError && error.transient) retry(Math.min(delay * 2, 1_000));
-          else done();
-        });
-      }, delay).unref();
-    };
-    this.releaseRetries.set(key, retrying);
-    retry(50);
-  }
-
-  /**
-   * Stops retrying the release of `kind`/`id` by `token` — also after a retry that is on its way
-   * now: that token is taking the lock again. (A retry already sent goes before the new attempt on
-   * the same connection, so it only ever frees the old lease.)
-   */
-  forgetRelease(lease: Omit<LeaseRenewal, 'ttl'>): void {
-    const key = retryKeyOf(lease);
-    const retrying = this.releaseRetries.get(key);
-    if (retrying === undefined) return;
-    retrying.cancelled = true;
-    clearTimeout(retrying.timer);
-    this.releaseRetries.delete(key);
-  }
-
-  /**
    * Resolves once no lease held by a scope (`withLock`, `withPermit`, a decorated call) is left — their
    * routines finished and released — or after `ms`. Renewals go on meanwhile. A graceful shutdown
    * waits for this before it closes the store, so that it does not leave those leases to run out.
@@ -126,18 +106,13 @@ export class Watchdog {
     while (scopedLeft() && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
   }
 
-  /** Stops the timers and forgets every lease (the store is closing: nobody renews, releases or reports any more). */
+  /** Stops the timer and forgets every lease (the store is closing: nobody renews or reports any more). */
   close(): void {
     this.closed = true;
     clearTimeout(this.timer);
     this.timerDue = Infinity;
     this.leases.clear();
     this.byId.clear();
-    for (const retrying of this.releaseRetries.values()) {
-      retrying.cancelled = true;
-      clearTimeout(retrying.timer);
-    }
-    this.releaseRetries.clear();
   }
 
   private warnHookFailed(error: unknown): void {
@@ -155,7 +130,7 @@ export class Watchdog {
   private tick(): void {
     this.timerDue = Infinity;
     const now = performance.now();
-    const due: HeldLease[] = [];
+    const due: WatchedLease[] = [];
     for (const lease of this.leases) {
       // Checked first: a timer that fires late (a frozen process, a blocked event loop) must not renew
       // a lease that may already belong to someone else. With a renewal still on its way, its answer
@@ -177,12 +152,12 @@ export class Watchdog {
     if (next < Infinity) this.schedule(next);
   }
 
-  private async renew(leases: HeldLease[]): Promise<void> {
-    const renewals = leases.map((lease) => ({ kind: lease.kind, id: lease.id, token: lease.token, ttl: lease.ttl }));
+  private async renew(leases: WatchedLease[]): Promise<void> {
+    const renewals = leases.map(({ kind, id, token, ttl }) => ({ kind, id, token, ttl }));
     const sent = leases.map((lease, i) => lease.extensionSent(renewals[i].ttl));
     let answers: (boolean | LockBackendError)[];
     try {
-      answers = await this.store.extendLeases(renewals);
+      answers = await this.store.extendAll(renewals);
     } catch (error) {
       const failure = error instanceof LockBackendError ? error : new LockBackendError(errorMessage(error));
       answers = leases.map(() => failure);
@@ -206,20 +181,16 @@ export class Watchdog {
  * on its way: its answer decides, and looks again (a past deadline would re-arm the timer at once,
  * on every tick, until the answer came).
  */
-function nextEventOf(lease: HeldLease): number {
+function nextEventOf(lease: WatchedLease): number {
   if (lease.renewing) return Infinity;
   return renews(lease) ? Math.min(lease.renewAt, lease.deadline) : lease.deadline;
 }
 
 /** Renewed: with `autoExtend`, or once to extend a lease handed over for a short while. */
-function renews(lease: HeldLease): boolean {
+function renews(lease: WatchedLease): boolean {
   return lease.policy.autoExtend || lease.mustExtend;
 }
 
 function idKeyOf(kind: LeaseKind, id: string): string {
-  return `${kind}\0${id}`;
-}
-
-function retryKeyOf({ kind, id, token }: Omit<LeaseRenewal, 'ttl'>): string {
-  return `${kind}\0${id}\0${token}`;
+  return `${kind.name}\0${id}`;
 }

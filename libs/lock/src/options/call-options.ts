@@ -83,6 +83,32 @@ export function validateCallOptions(
   validateBoolean(fair, 'fair');
 }
 
+/** How one acquisition goes, every option checked and every default filled in: what the lease core takes. */
+export interface AcquirePolicy extends LeaseDefaults {
+  fair: boolean;
+  /** The caller's own owner token; a fresh one when absent. */
+  token?: string;
+  signal?: AbortSignal;
+}
+
+/**
+ * The policy of one call: `options` checked (names, ranges, the `ttl` against its drift `margin`,
+ * the store's rule) and merged over the module's `defaults`. What a public method does first, before
+ * anything else happens; the core then trusts it.
+ */
+export function resolveAcquirePolicy(
+  call: keyof typeof OPTION_NAMES,
+  defaults: Readonly<LeaseDefaults & { fair: boolean }>,
+  options: LockOptions,
+  margin: (ttl: number) => number,
+): AcquirePolicy {
+  validateCallOptions(call, options);
+  const lease = resolveLease(defaults, options);
+  validateLeaseTtl(lease.ttl, margin, options.ttl === undefined ? 'defaults.ttl' : 'ttl');
+  const { fair = defaults.fair, token, signal } = options;
+  return { ...lease, fair, ...(token === undefined ? {} : { token }), ...(signal === undefined ? {} : { signal }) };
+}
+
 /** Merges per-call options over the module defaults, validating what the caller passed. */
 export function resolveLease(
   defaults: Readonly<LeaseDefaults>,

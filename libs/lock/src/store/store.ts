@@ -1,66 +1,65 @@
 import type { LockBackendError } from '../lock.errors.js';
+import type { StoreKind } from './store-kind.js';
 
 /**
- * Where leases live. `MemoryStore` (one process) and `RedisStore` implement it with the
- * same semantics; `LockService` holds the wait loop and never talks to Redis directly.
+ * Where leases live. `MemoryStore` (one process), `RedisStore` and `RedlockStore` implement it with
+ * the same semantics, for every kind of lease (`StoreKind`); the lease core (`lease/`) holds the
+ * wait loop, the local lines and the held leases, and never talks to Redis directly.
  *
- * Every method works on the user's own key; the key layout (prefix, hash tags,
- * companion keys) is the store's business. Every failure to reach the backend
- * rejects with `LockBackendError`.
+ * Every method works on the user's own key or name (`id`); the key layout is the store's business.
+ * Every failure to reach the backend rejects with `LockBackendError`.
  */
 export interface LockStore {
   /**
-   * One attempt to take `key` for `token` for `ttl` ms. Grants it with the lease's fence (≥ 1,
-   * greater than every fence this key had before, by any owner), or tells how long the holder's
-   * lease still runs. Idempotent for the same token: if `key` is already held by `token` (an
-   * earlier attempt whose reply was lost, or a handover whose message was lost), it counts as
-   * taken and the lease restarts. With `fair`, waiters that `join` the line are served in order.
+   * One attempt to take the lease `id` of `kind` for `token` for `ttl` ms, asking `request`. Grants
+   * it with the lease's fence (≥ 1, greater than every fence this lease had before, by any owner),
+   * or tells how long the holder's lease still runs. Idempotent for the same token: if `token` holds
+   * it already (an earlier attempt whose reply was lost, or a handover whose message was lost), it
+   * counts as taken and the lease restarts. With `fair`, waiters that `join` the line are served in order.
    */
-  acquireLock(key: string, token: string, ttl: number, options: AttemptOptions): Promise<Attempt>;
+  acquire<Request>(
+    kind: StoreKind<Request>,
+    id: string,
+    request: Request,
+    token: string,
+    ttl: number,
+    options: AttemptOptions,
+  ): Promise<Attempt>;
 
   /**
-   * Gives `key` back only if it is held by `token` — to `successor` (see `Successor`), or to the first
-   * fair waiter in line, or freed with a wake-up for the others; `false` when it is not held by
-   * `token` (expired or taken), in which case `token` leaves the line if it waited in it.
+   * Gives the lease back only if `token` holds it — to `successor` (see `Successor`), or to the first
+   * fair waiter in line, or freed with a wake-up for the others; `false` when `token` does not hold
+   * it (expired or taken), in which case `token` leaves the line if it waited in it.
    */
-  releaseLock(key: string, token: string, successor?: Successor): Promise<boolean>;
+  release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean>;
 
-  /** Resets the lease of `key` to `ttl` only if it is held by `token`. */
-  extendLock(key: string, token: string, ttl: number): Promise<boolean>;
-
-  isLocked(key: string): Promise<boolean>;
-
-  /**
-   * One attempt to take a permit of semaphore `name` for `token`: granted while fewer than
-   * `limit` unexpired permits are held (to fair waiters in line first). Idempotent for the same
-   * token, like `acquireLock`.
-   */
-  acquirePermit(name: string, token: string, limit: number, ttl: number, options: AttemptOptions): Promise<Attempt>;
-
-  /**
-   * Gives the permit back (to `successor`, or to the first fair waiter in line); `false` when `token`
-   * holds none.
-   */
-  releasePermit(name: string, token: string, successor?: Successor): Promise<boolean>;
-
-  /** Resets the lease of `token`'s permit to `ttl`; `false` when it holds none. */
-  extendPermit(name: string, token: string, ttl: number): Promise<boolean>;
-
-  /** Permits of `name` held right now; expired leases do not count. */
-  countPermits(name: string): Promise<number>;
+  /** Resets the lease of `token` to `ttl` only if `token` holds it. */
+  extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean>;
 
   /**
    * Renews many leases in one round trip (the watchdog's tick): for each, `true` if renewed,
    * `false` if no longer held by its token, or the `LockBackendError` that renewal met.
    */
-  extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]>;
+  extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]>;
 
   /**
-   * Opens the turn of the waiter `token` for the lock `key` (or a permit of semaphore `key`): from
-   * now until `close()`, a release that hands the lease to `token` is kept for it, even when it
-   * comes while the waiter is busy with an attempt rather than waiting.
+   * Opens the turn of the waiter `token` for the lease `id` of `kind`: from now until `close()`, a
+   * release that hands the lease to `token` is kept for it, even when it comes while the waiter is
+   * busy with an attempt rather than waiting.
    */
-  openTurn(kind: LeaseKind, key: string, token: string): Turn;
+  openTurn(kind: StoreKind, id: string, token: string): Turn;
+
+  /** How many hold the lease `id` right now (expired leases do not count); read-only. */
+  count(kind: StoreKind, id: string): Promise<number>;
+
+  /** The lease `id` as it stands now; read-only. */
+  inspect(kind: StoreKind, id: string): Promise<Inspection>;
+
+  /**
+   * Releases the lease `id` whoever holds it, as its holder's release would: to the first fair waiter
+   * in line, or freed with a wake-up for the others. `false` when it was not held.
+   */
+  forceRelease(kind: StoreKind, id: string): Promise<boolean>;
 
   /** How long a lease handed to a waiter lasts until that waiter extends it to its own ttl. */
   readonly handoverLease: number;
@@ -73,32 +72,15 @@ export interface LockStore {
 
   /** Releases what the store opened (connections it created, timers); idempotent. */
   close(): Promise<void>;
-
-  // Inspection and operators' tools (LockService.inspect / forceUnlock, SemaphoreService.holders).
-
-  /** The lock on `key` as it stands now; read-only. */
-  inspectLock(key: string): Promise<LockInspection>;
-
-  /** Milliseconds each unexpired permit of `name` still runs, soonest first; read-only. */
-  listPermits(name: string): Promise<number[]>;
-
-  /**
-   * Releases `key` whoever holds it, as its holder's release would: to the first fair waiter in
-   * line, or freed with a wake-up for the others. `false` when it was not held.
-   */
-  forceReleaseLock(key: string): Promise<boolean>;
 }
 
-/** A lock as `inspectLock` finds it. */
-export interface LockInspection {
-  held: boolean;
-  /** Milliseconds the holder's lease still runs; 0 when not held. */
-  ttl: number;
-  /** The last fence issued for the key, when the store knows it. */
+/** A lease as `inspect` finds it. */
+export interface Inspection {
+  /** Milliseconds each holder's lease still runs, soonest first (empty when nobody holds it). */
+  ttls: number[];
+  /** The last fence issued for the lease, when the store knows it. */
   fence?: number;
 }
-
-export type LeaseKind = 'lock' | 'semaphore';
 
 export interface AttemptOptions {
   /** Serve waiters in order of arrival, and hand the lease to the first on release. */
@@ -129,7 +111,7 @@ export interface Successor {
   passed(fence: number): void;
 }
 
-/** One waiter's view of the releases of one lock or semaphore (`LockStore.openTurn`). */
+/** One waiter's view of the releases of one lease (`LockStore.openTurn`). */
 export interface Turn {
   /**
    * Waits for a release: up to `wait.limit` ms while the store is sure to be told of one, up to
@@ -154,11 +136,11 @@ export interface TurnWait {
 export interface Attempt {
   /** The lease's fence when granted, else 0. */
   fence: number;
-  /** Not granted: ms the holder's lease (the first permit's) still runs by itself; ≤ 0 unknown. */
+  /** Not granted: ms the holder's lease (the first to run out) still runs by itself; ≤ 0 unknown. */
   retryIn: number;
   /**
-   * Not granted: the last fence the lock or semaphore issued when this attempt ran (0 if unknown). A
-   * handover message whose fence is above it came after this attempt; one at or below it is stale.
+   * Not granted: the last fence the lease issued when this attempt ran (0 if unknown). A handover
+   * message whose fence is above it came after this attempt; one at or below it is stale.
    */
   lastFence?: number;
   /**
@@ -168,10 +150,9 @@ export interface Attempt {
   refusal?: string;
 }
 
-/** One lease to renew: which lock or semaphore, whose, for how long. */
-export interface LeaseRenewal {
-  kind: LeaseKind;
-  /** The lock key or semaphore name. */
+/** One lease to renew: which, whose, for how long. */
+export interface Renewal {
+  kind: StoreKind;
   id: string;
   token: string;
   ttl: number;

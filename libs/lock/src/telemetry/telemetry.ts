@@ -1,7 +1,5 @@
 import type { Attributes, Counter, Histogram, Span, Tracer, UpDownCounter } from '@opentelemetry/api';
-import type { LeaseGrant } from '../lease/held-lease.js';
 import { errorMessage, type LockLostError } from '../lock.errors.js';
-import type { LeaseKind } from '../store/store.js';
 
 type OpenTelemetryApi = typeof import('@opentelemetry/api');
 
@@ -80,8 +78,9 @@ export class LockTelemetry {
    * Runs one acquisition (`acquire`) inside a `nest-lock.acquire` span, counted as a waiter
    * meanwhile; records its wait time and outcome, and counts a timeout.
    */
-  async observeAcquire<Result extends LeaseGrant | { waited: number }>(
-    kind: LeaseKind,
+  async observeAcquire<Result extends { token: string; elapsed: number } | { waited: number }>(
+    /** The kind of lease (`lock`, `semaphore`): the `nest_lock.kind` attribute. */
+    kind: string,
     id: string,
     acquire: () => Promise<Result>,
   ): Promise<Result> {
@@ -110,7 +109,7 @@ export class LockTelemetry {
   }
 
   /** Starts the hold time of a lease just granted; it is recorded when the lease is released. */
-  startHold(kind: LeaseKind): HoldTimer {
+  startHold(kind: string): HoldTimer {
     if (this.instruments === undefined) return UNTIMED;
     const { holdDuration } = this.instruments;
     const start = performance.now();
@@ -128,7 +127,7 @@ export class LockTelemetry {
     this.instruments?.lostLeases.add(1, { 'nest_lock.kind': error.kind, 'nest_lock.reason': error.reason });
   }
 
-  private acquireEnded(span: Span, kind: LeaseKind, outcome: AcquireOutcome, waited: number): void {
+  private acquireEnded(span: Span, kind: string, outcome: AcquireOutcome, waited: number): void {
     const { waitDuration, timeouts } = this.instruments!;
     waitDuration.record(waited, { 'nest_lock.kind': kind, 'nest_lock.outcome': outcome });
     if (outcome === 'timeout') timeouts.add(1, { 'nest_lock.kind': kind });

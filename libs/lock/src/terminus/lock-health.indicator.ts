@@ -1,5 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import { lockKind } from '../kinds/lock.kind.js';
 import { errorMessage, LockError } from '../lock.errors.js';
 import { LockStore } from '../store/store.js';
 
@@ -26,7 +27,7 @@ export class LockHealthIndicator {
     const indicator = this.health.check(key);
     const start = performance.now();
     try {
-      await this.store.isLocked(PROBE_KEY);
+      await this.store.count(lockKind, PROBE_KEY);
     } catch (error) {
       const code = error instanceof LockError ? error.code : 'UNKNOWN';
       return indicator.down({ message: errorMessage(error), code });

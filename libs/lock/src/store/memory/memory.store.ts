@@ -1,126 +1,133 @@
 import { LockBackendError } from '../../lock.errors.js';
 import { LONGEST_DURATION } from '../../options/durations.js';
-import type { Attempt, LeaseKind, LeaseRenewal, LockInspection, LockStore, Turn } from '../store.js';
+import type { Attempt, Inspection, LockStore, Renewal, Turn } from '../store.js';
+import type { StoreKind } from '../store-kind.js';
 
-interface Lease {
-  /** `performance.now()` at which the lease ends. */
+/** One holder of a lease. */
+interface Holder {
+  /** What it asked for (the kind's request), which the kind's admission rule reads. */
+  request: unknown;
+  fence: number;
+  /** `performance.now()` at which its lease ends. */
   deadline: number;
   /** Frees the lease at its deadline so that waiters wake; unref'd, it never holds the process open. */
   expiry?: NodeJS.Timeout;
 }
 
-interface LockLease extends Lease {
-  token: string;
-}
+/** The holders of one lease, by token. */
+type Holders = Map<string, Holder>;
 
 /**
- * The embedded store: the same lease semantics as `RedisStore`, inside one process.
- * Waiters are woken the moment a lease is released or expires. Being one process, it needs no
- * line of its own for fair waiting: the waiters of a process already queue in order before they
- * attempt (see `lease/local-line.ts`), and nothing is ever handed over.
+ * The embedded store: the same lease semantics as `RedisStore`, inside one process, for every kind
+ * of lease (the kind's `admits` decides who may hold it beside whom). Waiters are woken the moment a
+ * lease is released or expires. Being one process, it needs no line of its own for fair waiting: the
+ * waiters of a process already queue in order before they attempt (see `lease/local-line.ts`), and
+ * nothing is ever handed over.
  */
 export class MemoryStore implements LockStore {
   readonly handoverLease = 0;
 
-  private readonly locks = new Map<string, LockLease>();
-  /** Semaphore name → permit token → lease. */
-  private readonly semaphores = new Map<string, Map<string, Lease>>();
+  /** Holders by kind and id (`leaseKeyOf`). */
+  private readonly leases = new Map<string, Holders>();
   private readonly sleepers = new Map<string, Set<() => void>>();
   private lastFence = 0;
-  /** The fence of each held lock, for `inspectLock` (forgotten on release: nothing kept per key). */
-  private readonly lockFences = new Map<string, number>();
   private closed = false;
 
-  async acquireLock(key: string, token: string, ttl: number): Promise<Attempt> {
-    const holder = this.liveLock(key);
-    if (holder !== undefined && holder.token !== token)
-      return { fence: 0, retryIn: holder.deadline - performance.now() };
-    this.grantLock(key, token, ttl);
+  async acquire<Request>(
+    kind: StoreKind<Request>,
+    id: string,
+    request: Request,
+    token: string,
+    ttl: number,
+  ): Promise<Attempt> {
+    const holders = this.liveHolders(kind, id);
+    if (!holders.has(token)) {
+      const others = [...holders.values()];
+      if (
+        !kind.admits(
+          others.map((holder) => holder.request as Request),
+          request,
+        )
+      ) {
+        const firstDeadline = Math.min(...others.map((holder) => holder.deadline));
+        return { fence: 0, retryIn: firstDeadline - performance.now() };
+      }
+    }
     const fence = this.nextFence();
-    this.lockFences.set(key, fence);
+    this.hold(kind, id, token, { request, fence, deadline: performance.now() + ttl });
     return { fence, retryIn: 0 };
   }
 
-  async releaseLock(key: string, token: string): Promise<boolean> {
-    if (this.liveLock(key)?.token !== token) return false;
-    this.freeLock(key);
+  async release(kind: StoreKind, id: string, token: string): Promise<boolean> {
+    if (!this.liveHolders(kind, id).has(token)) return false;
+    this.free(kind, id, token);
     return true;
   }
 
-  async extendLock(key: string, token: string, ttl: number): Promise<boolean> {
-    if (this.liveLock(key)?.token !== token) return false;
-    this.grantLock(key, token, ttl);
+  async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
+    const holder = this.liveHolders(kind, id).get(token);
+    if (holder === undefined) return false;
+    this.hold(kind, id, token, { ...holder, deadline: performance.now() + ttl });
     return true;
   }
 
-  async isLocked(key: string): Promise<boolean> {
-    return this.liveLock(key) !== undefined;
-  }
-
-  async acquirePermit(name: string, token: string, limit: number, ttl: number): Promise<Attempt> {
-    const permits = this.livePermits(name);
-    if (!permits.has(token) && permits.size >= limit) {
-      const firstDeadline = Math.min(...[...permits.values()].map((lease) => lease.deadline));
-      return { fence: 0, retryIn: firstDeadline - performance.now() };
-    }
-    this.grantPermit(name, token, ttl);
-    return { fence: this.nextFence(), retryIn: 0 };
-  }
-
-  async releasePermit(name: string, token: string): Promise<boolean> {
-    if (!this.livePermits(name).has(token)) return false;
-    this.freePermit(name, token);
-    return true;
-  }
-
-  async extendPermit(name: string, token: string, ttl: number): Promise<boolean> {
-    if (!this.livePermits(name).has(token)) return false;
-    this.grantPermit(name, token, ttl);
-    return true;
-  }
-
-  async countPermits(name: string): Promise<number> {
-    return this.livePermits(name).size;
-  }
-
-  async extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]> {
+  async extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]> {
     return Promise.all(
-      leases.map(({ kind, id, token, ttl }) =>
-        (kind === 'lock' ? this.extendLock(id, token, ttl) : this.extendPermit(id, token, ttl)).catch(
-          (error: LockBackendError) => error,
-        ),
+      renewals.map(({ kind, id, token, ttl }) =>
+        this.extend(kind, id, token, ttl).catch((error: LockBackendError) => error),
       ),
     );
   }
 
   /** Releases here never hand a lease over; they wake every waiter, so a wait lasts up to its limit. */
-  openTurn(kind: LeaseKind, key: string): Turn {
-    return { wait: (wait, signal) => this.sleep(channelOf(kind, key), wait.limit, signal), close: () => undefined };
+  openTurn(kind: StoreKind, id: string): Turn {
+    const lease = leaseKeyOf(kind, id);
+    return { wait: (wait, signal) => this.sleep(lease, wait.limit, signal), close: () => undefined };
+  }
+
+  async count(kind: StoreKind, id: string): Promise<number> {
+    return this.liveHolders(kind, id).size;
+  }
+
+  /** The holders' lease ttls, soonest first, and the highest fence among them (nothing is kept once they are gone). */
+  async inspect(kind: StoreKind, id: string): Promise<Inspection> {
+    const now = performance.now();
+    const holders = [...this.liveHolders(kind, id).values()];
+    if (holders.length === 0) return { ttls: [] };
+    return {
+      ttls: holders.map((holder) => Math.ceil(holder.deadline - now)).sort((a, b) => a - b),
+      fence: Math.max(...holders.map((holder) => holder.fence)),
+    };
+  }
+
+  async forceRelease(kind: StoreKind, id: string): Promise<boolean> {
+    const holders = this.liveHolders(kind, id);
+    if (holders.size === 0) return false;
+    for (const token of [...holders.keys()]) this.free(kind, id, token);
+    return true;
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const lease of this.locks.values()) clearTimeout(lease.expiry);
-    for (const permits of this.semaphores.values()) for (const lease of permits.values()) clearTimeout(lease.expiry);
-    this.locks.clear();
-    this.semaphores.clear();
+    for (const holders of this.leases.values()) for (const holder of holders.values()) clearTimeout(holder.expiry);
+    this.leases.clear();
     for (const sleepers of this.sleepers.values()) for (const wake of [...sleepers]) wake();
   }
 
-  /** Resolves with 0 when `channel` is woken or after `ms`; rejects with the signal's reason on abort. */
-  private sleep(channel: string, ms: number, signal?: AbortSignal): Promise<number> {
+  /** Resolves with 0 when `lease` is woken or after `ms`; rejects with the signal's reason on abort. */
+  private sleep(lease: string, ms: number, signal?: AbortSignal): Promise<number> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
         return;
       }
-      const sleepers = this.sleepers.get(channel) ?? new Set<() => void>();
-      this.sleepers.set(channel, sleepers);
+      const sleepers = this.sleepers.get(lease) ?? new Set<() => void>();
+      this.sleepers.set(lease, sleepers);
       const settle = () => {
         clearTimeout(timer);
         signal?.removeEventListener('abort', onAbort);
         sleepers.delete(wake);
-        if (sleepers.size === 0 && this.sleepers.get(channel) === sleepers) this.sleepers.delete(channel);
+        if (sleepers.size === 0 && this.sleepers.get(lease) === sleepers) this.sleepers.delete(lease);
       };
       const wake = () => {
         settle();
@@ -136,61 +143,38 @@ export class MemoryStore implements LockStore {
     });
   }
 
-  /** The lock on `key` if it has not run out; the deadline is checked as well as the timer, which may fire late. */
-  private liveLock(key: string): LockLease | undefined {
-    this.assertOpen(key);
-    const lease = this.locks.get(key);
-    if (lease !== undefined && lease.deadline <= performance.now()) {
-      this.freeLock(key);
-      return undefined;
-    }
-    return lease;
-  }
-
-  private grantLock(key: string, token: string, ttl: number): void {
-    clearTimeout(this.locks.get(key)?.expiry);
-    const lease: LockLease = { token, deadline: performance.now() + ttl };
-    this.locks.set(key, lease);
-    this.armExpiry(lease, () => this.locks.get(key) === lease && this.freeLock(key));
-  }
-
-  private freeLock(key: string): void {
-    clearTimeout(this.locks.get(key)?.expiry);
-    this.locks.delete(key);
-    this.lockFences.delete(key);
-    this.wake('lock', key);
-  }
-
-  /** The unexpired permits of `name`, expired ones dropped. */
-  private livePermits(name: string): Map<string, Lease> {
-    this.assertOpen(name);
-    const permits = this.semaphores.get(name) ?? new Map<string, Lease>();
+  /** The unexpired holders of a lease, expired ones dropped: the deadline is checked as well as the timer, which may fire late. */
+  private liveHolders(kind: StoreKind, id: string): Holders {
+    if (this.closed) throw new LockBackendError('The memory lock store is closed', id, { retryable: false });
+    const holders = this.leases.get(leaseKeyOf(kind, id)) ?? new Map<string, Holder>();
     const now = performance.now();
-    for (const [token, lease] of permits) if (lease.deadline <= now) this.freePermit(name, token);
-    return permits;
+    for (const [token, holder] of holders) if (holder.deadline <= now) this.free(kind, id, token);
+    return holders;
   }
 
-  private grantPermit(name: string, token: string, ttl: number): void {
-    const permits = this.semaphores.get(name) ?? new Map<string, Lease>();
-    this.semaphores.set(name, permits);
-    clearTimeout(permits.get(token)?.expiry);
-    const lease: Lease = { deadline: performance.now() + ttl };
-    permits.set(token, lease);
-    this.armExpiry(lease, () => permits.get(token) === lease && this.freePermit(name, token));
+  private hold(kind: StoreKind, id: string, token: string, holder: Holder): void {
+    const lease = leaseKeyOf(kind, id);
+    const holders = this.leases.get(lease) ?? new Map<string, Holder>();
+    this.leases.set(lease, holders);
+    clearTimeout(holders.get(token)?.expiry);
+    holders.set(token, holder);
+    this.armExpiry(holder, () => holders.get(token) === holder && this.free(kind, id, token));
   }
 
-  private freePermit(name: string, token: string): void {
-    const permits = this.semaphores.get(name);
-    clearTimeout(permits?.get(token)?.expiry);
-    permits?.delete(token);
-    if (permits?.size === 0) this.semaphores.delete(name);
-    this.wake('semaphore', name);
+  private free(kind: StoreKind, id: string, token: string): void {
+    const lease = leaseKeyOf(kind, id);
+    const holders = this.leases.get(lease);
+    clearTimeout(holders?.get(token)?.expiry);
+    holders?.delete(token);
+    if (holders?.size === 0) this.leases.delete(lease);
+    const sleepers = this.sleepers.get(lease);
+    if (sleepers !== undefined) for (const wake of [...sleepers]) wake();
   }
 
   /**
    * Fences from the clock, as on Redis: the clock in microseconds, or one more than the last fence
-   * when that is ahead. So they increase for every key of the store (one number for all: nothing to
-   * keep per key), and across restarts of the process.
+   * when that is ahead. So they increase for every lease of the store (one number for all: nothing
+   * to keep per key), and across restarts of the process.
    */
   private nextFence(): number {
     const micros = Math.floor((performance.timeOrigin + performance.now()) * 1_000);
@@ -199,54 +183,23 @@ export class MemoryStore implements LockStore {
   }
 
   /**
-   * Frees `lease` at its deadline so that waiters wake, never before: Node fires a delay above
+   * Frees a holder at its deadline so that waiters wake, never before: Node fires a delay above
    * 2^31−1 ms at once, so a longer lease (reachable only by calling the store directly: the
    * services refuse such a ttl) is re-armed until its deadline, as is a timer that fires early.
    */
-  private armExpiry(lease: Lease, onExpiry: () => void): void {
-    const remaining = lease.deadline - performance.now();
+  private armExpiry(holder: Holder, onExpiry: () => void): void {
+    const remaining = holder.deadline - performance.now();
     if (remaining <= 0) {
       onExpiry();
       return;
     }
-    lease.expiry = setTimeout(
-      () => this.armExpiry(lease, onExpiry),
+    holder.expiry = setTimeout(
+      () => this.armExpiry(holder, onExpiry),
       Math.min(Math.ceil(remaining), LONGEST_DURATION),
     ).unref();
   }
-
-  private wake(kind: LeaseKind, key: string): void {
-    const sleepers = this.sleepers.get(channelOf(kind, key));
-    if (sleepers !== undefined) for (const wake of [...sleepers]) wake();
-  }
-
-  private assertOpen(key: string): void {
-    if (this.closed) throw new LockBackendError('The memory lock store is closed', key, { retryable: false });
-  }
-
-  async inspectLock(key: string): Promise<LockInspection> {
-    const lease = this.liveLock(key);
-    if (lease === undefined) return { held: false, ttl: 0 };
-    const fence = this.lockFences.get(key);
-    return {
-      held: true,
-      ttl: Math.ceil(lease.deadline - performance.now()),
-      ...(fence === undefined ? {} : { fence }),
-    };
-  }
-
-  async listPermits(name: string): Promise<number[]> {
-    const now = performance.now();
-    return [...this.livePermits(name).values()].map((lease) => Math.ceil(lease.deadline - now)).sort((a, b) => a - b);
-  }
-
-  async forceReleaseLock(key: string): Promise<boolean> {
-    if (this.liveLock(key) === undefined) return false;
-    this.freeLock(key);
-    return true;
-  }
 }
 
-function channelOf(kind: LeaseKind, key: string): string {
-  return `${kind}\0${key}`;
+function leaseKeyOf(kind: StoreKind, id: string): string {
+  return `${kind.name}\0${id}`;
 }

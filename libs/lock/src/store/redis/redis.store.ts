@@ -1,33 +1,13 @@
 import type { Cluster, Redis } from 'ioredis';
 import { LockBackendError } from '../../lock.errors.js';
-import { hashTagged, toMillis } from './key-layout.js';
+import type { Attempt, AttemptOptions, Inspection, LockStore, Renewal, Successor, Turn } from '../store.js';
+import type { StoreKind } from '../store-kind.js';
 import { backendErrorOf, unansweredError } from './backend-messages.js';
-import {
-  acquireLockScript,
-  acquirePermitScript,
-  countPermitsScript,
-  extendLockScript,
-  extendPermitScript,
-  forceReleaseLockScript,
-  inspectLockScript,
-  leaseRunsOutIn,
-  listPermitsScript,
-  publishingSharded,
-  type RedisScript,
-  releaseLockScript,
-  releasePermitScript,
-} from './redis.scripts.js';
+import { CommandDeadlines } from './command-deadlines.js';
+import { hashTagged, toMillis } from './key-layout.js';
+import { type Integer, leaseRunsOutIn } from './replies.js';
+import type { CompiledScript, RedisScript } from './script.js';
 import { WakeUps } from './wake-ups.js';
-import type {
-  Attempt,
-  AttemptOptions,
-  LeaseKind,
-  LeaseRenewal,
-  LockInspection,
-  LockStore,
-  Successor,
-  Turn,
-} from '../store.js';
 
 export interface RedisStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */
@@ -43,14 +23,14 @@ export interface RedisStoreOptions {
 }
 
 /**
- * Leases on Redis: `SET NX PX` and compare-by-token Lua scripts, called by SHA.
+ * Leases of every kind on one Redis (a server, Sentinel's primary, or a Cluster): the kind's Lua
+ * scripts (`StoreKind.redis`), called by SHA, bounded by `commandTimeout`, with wake-ups on a
+ * channel per lease.
  *
- * Key layout: the lock for `key` is `<prefix>{<key>}`, its companions (the fence counter, …)
- * `<prefix>{<key>}:<suffix>`. Semaphore `name` is the sorted set `<prefix>sem:{<name>}`, companions
- * `<prefix>sem:{<name>}:<suffix>`. The user's key or name is the hash tag, so that one lock or
- * semaphore lives in one cluster slot — unless it holds `{` or `}`, which could end the tag early
- * or make it empty (`}abc`): then the tag is a digest of the key, followed by the key itself,
- * `<prefix>{<digest>}<key>`, so that distinct keys still never share a Redis key.
+ * Key layout: the lease `id` of a kind lives at `<prefix><namespace>{<id>}` (the lock
+ * `lock:{order:42}`, the semaphore `lock:sem:{reports}`), its companions at `…:<suffix>`, its
+ * wake-up channel at `…:wake`: one hash tag, one cluster slot. A key with a brace, or longer than
+ * 200 bytes, gets a digest as its tag (see `key-layout.ts`).
  */
 export class RedisStore implements LockStore {
   private closed = false;
@@ -61,7 +41,7 @@ export class RedisStore implements LockStore {
   /**
    * A lease handed to a waiter lasts this long until the waiter extends it to its own ttl: long
    * enough for the message and the extension to arrive, short enough that a lease handed to a
-   * waiter that is gone meanwhile returns to the line soon.
+   * waiter that is gone meanwhile returns to the line soon. Whole ms: it goes to PX.
    */
   readonly handoverLease: number;
 
@@ -71,86 +51,119 @@ export class RedisStore implements LockStore {
   ) {
     this.wakeUps = new WakeUps(client);
     this.deadlines = new CommandDeadlines(options.commandTimeout);
-    // Whole ms: it goes to PX.
     this.handoverLease = Math.ceil(Math.max(1_000, 2 * options.commandTimeout));
   }
 
-  acquireLock(key: string, token: string, ttl: number, options: AttemptOptions): Promise<Attempt> {
-    return this.attempt(acquireLockScript, 'lock', key, [token, toMillis(ttl)], options);
+  async acquire<Request>(
+    kind: StoreKind<Request>,
+    id: string,
+    request: Request,
+    token: string,
+    ttl: number,
+    { fair, liveness, inLine }: AttemptOptions,
+  ): Promise<Attempt> {
+    const args = [
+      token,
+      toMillis(ttl),
+      fair ? '1' : '0',
+      Math.ceil(liveness),
+      inLine ? '1' : '0',
+      this.handoverLease,
+      this.channelOf(kind, id),
+      this.options.fenceCounterTtl,
+      ...kind.redis.requestArgs(request),
+    ];
+    // The fence when granted; else [ms the holder's lease still runs, the last fence issued].
+    const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, args)) as Integer | [Integer, string];
+    if (Array.isArray(reply)) return { fence: 0, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
+    const fence = Number(reply);
+    const { waitForReplicas } = this.options;
+    if (waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {
+      // Not on enough replicas in time: a failover could lose it, and a primary that was failed over
+      // while it was away (it has no replicas left) grants what the new primary may have given
+      // someone else. Given back: the caller's wait goes on.
+      await this.release(kind, id, token);
+      const refusal = `fewer than ${waitForReplicas.replicas} replica(s) acknowledged it within ${waitForReplicas.timeout} ms (waitForReplicas)`;
+      return { fence: 0, retryIn: 0, lastFence: fence, refusal };
+    }
+    return { fence, retryIn: 0 };
   }
 
-  releaseLock(key: string, token: string, successor?: Successor): Promise<boolean> {
-    return this.release(releaseLockScript, 'lock', key, token, successor);
+  /** A release; a lease it handed to `successor` is delivered to its turn here. */
+  async release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean> {
+    const args = [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
+    if (successor !== undefined) args.push(successor.token, successor.jump ? '1' : '0');
+    let handedFence = 0;
+    try {
+      // 0 or 1: whether it was held; [1, fence]: held, and handed to the successor.
+      const reply = (await this.runScript(kind, 'release', id, kind.redis.release, args)) as
+        Integer | [Integer, Integer];
+      if (!Array.isArray(reply)) return Number(reply) === 1;
+      handedFence = Number(reply[1]);
+      return Number(reply[0]) === 1;
+    } finally {
+      if (successor !== undefined) this.deliverToSuccessor(kind, id, successor, handedFence);
+    }
   }
 
-  async extendLock(key: string, token: string, ttl: number): Promise<boolean> {
-    return Number(await this.runScript(extendLockScript, key, [this.lockKey(key)], [token, toMillis(ttl)])) === 1;
+  async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
+    return Number(await this.runScript(kind, 'extend', id, kind.redis.extend, [token, toMillis(ttl)])) === 1;
   }
 
-  async isLocked(key: string): Promise<boolean> {
-    return Number(await this.run(key, 'EXISTS', () => this.client.exists(this.lockKey(key)))) === 1;
+  async extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]> {
+    const extend = ({ kind, id, token, ttl }: Renewal) => this.extend(kind, id, token, ttl);
+    if (renewals.length === 1 || this.isCluster()) {
+      // A cluster pipeline must stay in one slot; there ioredis batches the separate commands itself.
+      return Promise.all(renewals.map((renewal) => extend(renewal).catch((error: LockBackendError) => error)));
+    }
+    const pipeline = this.client.pipeline();
+    for (const { kind, id, token, ttl } of renewals) {
+      const script = this.compiled(kind.redis.extend);
+      const { numberOfKeys } = kind.redis.extend;
+      pipeline.evalsha(script.sha, numberOfKeys, ...this.keysOf(kind, id, numberOfKeys), token, toMillis(ttl));
+    }
+    const first = renewals[0];
+    const replies = await this.run(first.id, `renew the leases of "${first.id}" and others`, () => pipeline.exec());
+    return Promise.all(
+      renewals.map(async (renewal, i) => {
+        const [error, answer] = replies?.[i] ?? [new Error('no reply'), null];
+        if (error === null) return Number(answer) === 1;
+        // The script cache was lost (restart, failover, SCRIPT FLUSH): this one goes alone, by EVAL.
+        if (error.message.startsWith('NOSCRIPT')) return extend(renewal).catch((failure: LockBackendError) => failure);
+        return backendErrorOf(error, renewal.kind.purposes.extend(renewal.id), renewal.id);
+      }),
+    );
   }
 
-  acquirePermit(name: string, token: string, limit: number, ttl: number, options: AttemptOptions): Promise<Attempt> {
-    return this.attempt(acquirePermitScript, 'semaphore', name, [token, limit, toMillis(ttl)], options);
-  }
-
-  releasePermit(name: string, token: string, successor?: Successor): Promise<boolean> {
-    return this.release(releasePermitScript, 'semaphore', name, token, successor);
-  }
-
-  openTurn(kind: LeaseKind, id: string, token: string): Turn {
+  openTurn(kind: StoreKind, id: string, token: string): Turn {
     const turn = this.wakeUps.openTurn(this.channelOf(kind, id), token);
     const { waitForReplicas } = this.options;
     if (!waitForReplicas) return turn;
     return {
       close: () => turn.close(),
-      // A lease handed over counts only once the replicas have it too (see `attempt`).
+      // A lease handed over counts only once the replicas have it too (see `acquire`).
       wait: async (wait, signal) => {
         const fence = await turn.wait(wait, signal);
         if (fence === 0 || (await this.acknowledged(id, waitForReplicas))) return fence;
-        await this.release(kind === 'lock' ? releaseLockScript : releasePermitScript, kind, id, token).catch(
-          () => undefined,
-        );
+        await this.release(kind, id, token).catch(() => undefined);
         return 0;
       },
     };
   }
 
-  async extendPermit(name: string, token: string, ttl: number): Promise<boolean> {
-    return (
-      Number(await this.runScript(extendPermitScript, name, [this.semaphoreKey(name)], [token, toMillis(ttl)])) === 1
-    );
+  async count(kind: StoreKind, id: string): Promise<number> {
+    return Number(await this.runScript(kind, 'count', id, kind.redis.count, []));
   }
 
-  async countPermits(name: string): Promise<number> {
-    return Number(await this.runScript(countPermitsScript, name, [this.semaphoreKey(name)], []));
+  async inspect(kind: StoreKind, id: string): Promise<Inspection> {
+    return kind.redis.readInspection(await this.runScript(kind, 'inspect', id, kind.redis.inspect, []));
   }
 
-  async extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]> {
-    const extend = (lease: LeaseRenewal) =>
-      lease.kind === 'lock'
-        ? this.extendLock(lease.id, lease.token, lease.ttl)
-        : this.extendPermit(lease.id, lease.token, lease.ttl);
-    if (leases.length === 1 || this.isCluster()) {
-      // A cluster pipeline must stay in one slot; there ioredis batches the separate commands itself.
-      return Promise.all(leases.map((lease) => extend(lease).catch((error: LockBackendError) => error)));
-    }
-    const pipeline = this.client.pipeline();
-    for (const { kind, id, token, ttl } of leases) {
-      const script = kind === 'lock' ? extendLockScript : extendPermitScript;
-      pipeline.evalsha(script.sha, script.numberOfKeys, this.mainKey(kind, id), token, toMillis(ttl));
-    }
-    const replies = await this.run(leases[0].id, 'renewal pipeline', () => pipeline.exec());
-    return Promise.all(
-      leases.map(async (lease, i) => {
-        const [error, answer] = replies?.[i] ?? [new Error('no reply'), null];
-        if (error === null) return Number(answer) === 1;
-        // The script cache was lost (restart, failover, SCRIPT FLUSH): this one goes alone, by EVAL.
-        if (error.message.startsWith('NOSCRIPT')) return extend(lease).catch((failure: LockBackendError) => failure);
-        return this.backendError(error, 'renewal', lease.id);
-      }),
-    );
+  async forceRelease(kind: StoreKind, id: string): Promise<boolean> {
+    const script = kind.redis.forceRelease;
+    if (script === undefined) throw new Error(`${kind.name} leases have no forced release`);
+    const args = [this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
+    return Number(await this.runScript(kind, 'forceRelease', id, script, args)) === 1;
   }
 
   async close(): Promise<void> {
@@ -160,25 +173,24 @@ export class RedisStore implements LockStore {
     if (!this.options.ownsClient) return;
     if (this.client.status === 'ready') {
       // QUIT lets replies already on their way arrive; bounded, because a stopped server never answers.
-      await this.withTimeout(this.client.quit(), 'QUIT', '').catch(() => undefined);
+      await this.withTimeout(this.client.quit(), 'close the connection', '').catch(() => undefined);
     }
     this.client.disconnect();
   }
 
   /**
-   * Every Redis key one lock or semaphore touches, all in one cluster slot: its own key, its fence
-   * counter, its line of fair waiters, the liveness of all its waiters, and for a semaphore the limit
-   * each waiter asked for.
+   * Every Redis key of the lease `id` of `kind`, all in one cluster slot: the lease, then its
+   * companions (only the first `count` keys, when a script takes no more).
    */
-  keysOf(kind: LeaseKind, id: string): string[] {
+  keysOf(kind: StoreKind, id: string, count = 1 + kind.redis.companions.length): string[] {
     const main = this.mainKey(kind, id);
-    const keys = [main, `${main}:fence`, `${main}:line`, `${main}:alive`];
-    // A semaphore's waiters each ask for their own limit.
-    return kind === 'lock' ? keys : [...keys, `${main}:limits`];
+    const keys = [main];
+    for (let i = 0; i < count - 1; i++) keys.push(`${main}:${kind.redis.companions[i]}`);
+    return keys;
   }
 
-  /** The wake-up channel of a lock or semaphore, in the slot of its keys (for sharded pub/sub). */
-  channelOf(kind: LeaseKind, id: string): string {
+  /** The wake-up channel of a lease, in the slot of its keys (for sharded pub/sub). */
+  channelOf(kind: StoreKind, id: string): string {
     return `${this.mainKey(kind, id)}:wake`;
   }
 
@@ -187,72 +199,13 @@ export class RedisStore implements LockStore {
     return this.wakeUps.subscribedChannels;
   }
 
-  /** A lock's or permit's release; a lease it handed to `successor` is delivered to its turn here. */
-  private async release(
-    script: RedisScript,
-    kind: LeaseKind,
-    id: string,
-    token: string,
-    successor?: Successor,
-  ): Promise<boolean> {
-    const args = [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
-    if (successor !== undefined) args.push(successor.token, successor.jump ? '1' : '0');
-    let handedFence = 0;
-    try {
-      // 0 or 1: whether it was held; [1, fence]: held, and handed to the successor.
-      const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as Integer | [Integer, Integer];
-      if (!Array.isArray(reply)) return Number(reply) === 1;
-      handedFence = Number(reply[1]);
-      return Number(reply[0]) === 1;
-    } finally {
-      if (successor !== undefined) this.deliverToSuccessor(script, kind, id, successor, handedFence);
-    }
-  }
-
   /** Tells `successor` how the release that named it went; a lease it was handed goes to its turn. */
-  private deliverToSuccessor(
-    script: RedisScript,
-    kind: LeaseKind,
-    id: string,
-    successor: Successor,
-    fence: number,
-  ): void {
+  private deliverToSuccessor(kind: StoreKind, id: string, successor: Successor, fence: number): void {
     successor.passed(fence);
     if (fence > 0 && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, fence)) {
       // The successor stopped waiting while the release was on its way: nobody will use its lease.
-      this.release(script, kind, id, successor.token).catch(() => undefined);
+      this.release(kind, id, successor.token).catch(() => undefined);
     }
-  }
-
-  private async attempt(
-    script: RedisScript,
-    kind: LeaseKind,
-    id: string,
-    args: (string | number)[],
-    { fair, liveness, inLine }: AttemptOptions,
-  ): Promise<Attempt> {
-    args.push(
-      fair ? '1' : '0',
-      Math.ceil(liveness),
-      inLine ? '1' : '0',
-      this.handoverLease,
-      this.channelOf(kind, id),
-      this.options.fenceCounterTtl,
-    );
-    // The fence when granted; else [ms the holder's lease still runs, the last fence issued].
-    const reply = (await this.runScript(script, id, this.keysOf(kind, id), args)) as Integer | [Integer, string];
-    if (Array.isArray(reply)) return { fence: 0, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
-    const fence = Number(reply);
-    const { waitForReplicas } = this.options;
-    if (waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {
-      // Not on enough replicas in time: a failover could lose it, and a primary that was failed over
-      // while it was away (it has no replicas left) grants what the new primary may have given
-      // someone else. Given back: the caller's wait goes on.
-      await this.release(kind === 'lock' ? releaseLockScript : releasePermitScript, kind, id, String(args[0]));
-      const refusal = `fewer than ${waitForReplicas.replicas} replica(s) acknowledged it within ${waitForReplicas.timeout} ms (waitForReplicas)`;
-      return { fence: 0, retryIn: 0, lastFence: fence, refusal };
-    }
-    return { fence, retryIn: 0 };
   }
 
   /**
@@ -264,53 +217,63 @@ export class RedisStore implements LockStore {
     id: string,
     { replicas, timeout }: { replicas: number; timeout: number },
   ): Promise<boolean> {
-    const count = await this.run(id, 'WAIT', () => (this.client as Redis).wait(replicas, timeout)).catch(() => 0);
+    const count = await this.run(id, `WAIT "${id}"`, () => (this.client as Redis).wait(replicas, timeout)).catch(
+      () => 0,
+    );
     return Number(count) >= replicas;
   }
 
-  /** `<prefix>{<key>}` for a lock, `<prefix>sem:{<name>}` for a semaphore (see the class comment for braces). */
-  private mainKey(kind: LeaseKind, id: string): string {
-    return `${this.options.keyPrefix}${kind === 'lock' ? '' : 'sem:'}${hashTagged(id)}`;
-  }
-
-  private lockKey(key: string): string {
-    return this.mainKey('lock', key);
-  }
-
-  private semaphoreKey(name: string): string {
-    return this.mainKey('semaphore', name);
+  /** `<prefix><namespace>{<id>}` (see the class comment for braces and long ids). */
+  private mainKey(kind: StoreKind, id: string): string {
+    return `${this.options.keyPrefix}${kind.redis.namespace}${hashTagged(id)}`;
   }
 
   private isCluster(): boolean {
     return (this.client as { isCluster?: boolean }).isCluster === true;
   }
 
-  private runScript(chosen: RedisScript, key: string, keys: string[], args: (string | number)[]): Promise<unknown> {
-    const script = this.wakeUps.sharded ? publishingSharded(chosen) : chosen;
-    return this.run(key, script.name, (timedOut) =>
-      this.client.evalsha(script.sha, script.numberOfKeys, ...keys, ...args).catch((error: unknown) => {
+  /** The variant of `script` for this store's wake-up channels. */
+  private compiled(script: RedisScript): CompiledScript {
+    return this.wakeUps.sharded ? script.sharded : script.plain;
+  }
+
+  /** Runs one of the kind's scripts on the lease `id`, with the first `numberOfKeys` of its keys. */
+  private runScript(
+    kind: StoreKind,
+    operation: keyof StoreKind['purposes'],
+    id: string,
+    script: RedisScript,
+    args: readonly (string | number)[],
+  ): Promise<unknown> {
+    const { sha, source } = this.compiled(script);
+    const keys = this.keysOf(kind, id, script.numberOfKeys);
+    return this.run(id, kind.purposes[operation](id), (timedOut) =>
+      this.client.evalsha(sha, script.numberOfKeys, ...keys, ...args).catch((error: unknown) => {
         // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
         // unless the caller already gave up on this command: resent that late, it would come after the
         // caller's next commands (a release sent again after a new lock with the same token).
         if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
-        return this.client.eval(script.source, script.numberOfKeys, ...keys, ...args);
+        return this.client.eval(source, script.numberOfKeys, ...keys, ...args);
       }),
     );
   }
 
-  /** Runs one store operation: a closed store, a timeout and every client error become `LockBackendError`. */
-  private async run<T>(key: string, operation: string, command: (timedOut: () => boolean) => Promise<T>): Promise<T> {
-    if (this.closed) throw new LockBackendError('The Redis lock store is closed', key, { retryable: false });
+  /**
+   * Runs one store operation: a closed store, a timeout and every client error become
+   * `LockBackendError`, saying what could not be done (`purpose`).
+   */
+  private async run<T>(id: string, purpose: string, command: (timedOut: () => boolean) => Promise<T>): Promise<T> {
+    if (this.closed) throw new LockBackendError('The Redis lock store is closed', id, { retryable: false });
     this.shareWrite();
     const deadline = performance.now() + this.options.commandTimeout;
     try {
       return await this.withTimeout(
         command(() => performance.now() >= deadline),
-        operation,
-        key,
+        purpose,
+        id,
       );
     } catch (error) {
-      throw this.backendError(error, operation, key);
+      throw backendErrorOf(error, purpose, id);
     }
   }
 
@@ -331,82 +294,7 @@ export class RedisStore implements LockStore {
     });
   }
 
-  /** `BACKEND_ERROR` for a reply error that would only come again, else `BACKEND_UNAVAILABLE` (see backend-messages.ts). */
-  private backendError(error: unknown, operation: string, key: string): LockBackendError {
-    return backendErrorOf(error, operation, key);
-  }
-
-  // Inspection and operators' tools.
-
-  async inspectLock(key: string): Promise<LockInspection> {
-    const keys = this.keysOf('lock', key).slice(0, 2);
-    const [pttl, fence] = (await this.runScript(inspectLockScript, key, keys, [])) as [number, string];
-    // -2: no lock; -1: a key without expiry, which nest-lock never writes (a lease that never runs out).
-    if (Number(pttl) === -2) return { held: false, ttl: 0, ...(fence === '' ? {} : { fence: Number(fence) }) };
-    const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : leaseRunsOutIn(pttl);
-    return { held: true, ttl, ...(fence === '' ? {} : { fence: Number(fence) }) };
-  }
-
-  async listPermits(name: string): Promise<number[]> {
-    const remaining = (await this.runScript(listPermitsScript, name, [this.semaphoreKey(name)], [])) as number[];
-    return remaining.map(Number);
-  }
-
-  async forceReleaseLock(key: string): Promise<boolean> {
-    const args = [this.handoverLease, this.channelOf('lock', key), this.options.fenceCounterTtl];
-    return Number(await this.runScript(forceReleaseLockScript, key, this.keysOf('lock', key), args)) === 1;
-  }
-
-  private withTimeout<T>(command: Promise<T>, operation: string, key: string): Promise<T> {
-    return this.deadlines.bound(command, () => unansweredError(operation, key, this.options.commandTimeout));
+  private withTimeout<T>(command: Promise<T>, purpose: string, id: string): Promise<T> {
+    return this.deadlines.bound(command, () => unansweredError(purpose, id, this.options.commandTimeout));
   }
 }
-
-/**
- * Bounds every command in flight by the same timeout with one timer for all of them rather than
- * one each: commands are bounded in the order they were sent, so their deadlines come in that
- * order too, and the timer only ever waits for the oldest.
- */
-class CommandDeadlines {
-  private readonly inFlight = new Set<{ deadline: number; expire(): void }>();
-  private timer?: NodeJS.Timeout;
-
-  constructor(private readonly timeout: number) {}
-
-  /** `command`, or the error `timedOut()` makes if it has not settled within the timeout. */
-  bound<T>(command: Promise<T>, timedOut: () => Error): Promise<T> {
-    return new Promise<T>((resolve, reject) => {
-      const entry = { deadline: performance.now() + this.timeout, expire: () => reject(timedOut()) };
-      this.inFlight.add(entry);
-      // unref: a command in flight holds its socket, which keeps the process alive anyway.
-      this.timer ??= setTimeout(() => this.expireDue(), this.timeout).unref();
-      // Its late rejection after a timeout is handled here, never unhandled.
-      command.then(
-        (value) => {
-          this.inFlight.delete(entry);
-          resolve(value);
-        },
-        (error: unknown) => {
-          this.inFlight.delete(entry);
-          reject(error);
-        },
-      );
-    });
-  }
-
-  private expireDue(): void {
-    this.timer = undefined;
-    const now = performance.now();
-    for (const entry of this.inFlight) {
-      if (entry.deadline > now) {
-        this.timer = setTimeout(() => this.expireDue(), entry.deadline - now).unref();
-        return;
-      }
-      this.inFlight.delete(entry);
-      entry.expire();
-    }
-  }
-}
-
-/** An integer reply: a number, or a string when the client was made with ioredis's `stringNumbers`. */
-type Integer = number | string;

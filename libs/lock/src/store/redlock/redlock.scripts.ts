@@ -1,9 +1,5 @@
-import { createHash } from 'node:crypto';
-import type { RedisScript } from '../redis/redis.scripts.js';
-
-function script(name: string, numberOfKeys: number, source: string): RedisScript {
-  return { name, numberOfKeys, source, sha: createHash('sha1').update(source).digest('hex') };
-}
+import { FENCE_RULE, SERVER_TIME } from '../redis/lua.js';
+import { script } from '../redis/script.js';
 
 /**
  * What the per-node scripts of `RedlockStore` share. On each master a lock has KEYS[1] its lease
@@ -29,26 +25,14 @@ local function bornAt(marker, nowMs)
 end
 `;
 
-const prelude = `
+const prelude = `${SERVER_TIME}${FENCE_RULE}
 local lease, counter, marker = KEYS[1], KEYS[2], KEYS[3]
-
-local time = redis.call('TIME')
-local nowMicros = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local nowMs = math.floor(nowMicros / 1000)
+local nowMs = serverTime()
 ${birth}
 -- 1 if this run of the node has been known for at least the quarantine (ms), else 0.
 local function mature(quarantineMs)
   if nowMs - bornAt(marker, nowMs) >= tonumber(quarantineMs) then return 1 end
   return 0
-end
-
--- The single store's rule: the server clock in µs, or one more than the last fence when that is ahead;
--- the counter expires counterTtl ms after the last fence drawn from it (docs/API.md, "Fences").
-local function nextFence(counterTtl)
-  local last = tonumber(redis.call('SET', counter, string.format('%.0f', nowMicros), 'GET', 'PX', counterTtl)) or 0
-  if last < nowMicros then return nowMicros end
-  redis.call('SET', counter, string.format('%.0f', last + 1), 'PX', counterTtl)
-  return last + 1
 end
 `;
 
@@ -64,7 +48,7 @@ end
  * lets the caller count one server once, however many of its nodes name it.
  */
 export const redlockAcquireScript = script(
-  'acquireLock',
+  'redlockAcquire',
   3,
   `${prelude}
 local token, ttl = ARGV[1], ARGV[2]
@@ -73,7 +57,7 @@ local holder = redis.call('GET', lease)
 if holder and holder ~= token then
   return {0, '0', redis.call('PTTL', lease), isMature, runId}
 end
-local fence = nextFence(ARGV[4])
+local fence = drawFence(counter, ARGV[4])
 redis.call('SET', lease, token, 'PX', ttl)
 return {1, string.format('%.0f', fence), 0, isMature, runId}
 `,
@@ -88,7 +72,7 @@ return {1, string.format('%.0f', fence), 0, isMature, runId}
  * Returns 1.
  */
 export const redlockRaiseFenceScript = script(
-  'raiseFence',
+  'redlockRaiseFence',
   1,
   `
 local last = tonumber(redis.call('GET', KEYS[1])) or 0
@@ -103,7 +87,7 @@ return 1
  * Returns 1 if it held it here, else 0.
  */
 export const redlockReleaseScript = script(
-  'releaseLock',
+  'redlockRelease',
   1,
   `
 if redis.call('GET', KEYS[1]) == ARGV[1] then
@@ -123,7 +107,7 @@ return 0
  * Returns {1 renewed | 0 free | -1 held by another token, mature, run_id}.
  */
 export const redlockExtendScript = script(
-  'extendLock',
+  'redlockExtend',
   3,
   `${prelude}
 local isMature = mature(ARGV[3])
@@ -144,7 +128,7 @@ return {0, isMature, runId}
  * Returns 1 if seeded, else 0.
  */
 export const redlockSeedScript = script(
-  'seedLock',
+  'redlockSeed',
   1,
   `
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
@@ -158,7 +142,7 @@ return 0
  * Returns {holder token or '', PTTL, last fence or ''}.
  */
 export const redlockInspectScript = script(
-  'inspectLock',
+  'redlockInspect',
   2,
   `
 return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
@@ -170,7 +154,7 @@ return {redis.call('GET', KEYS[1]) or '', redis.call('PTTL', KEYS[1]), redis.cal
  * KEYS[1] lock. Returns the holder's token, or '' when it was free here.
  */
 export const redlockForceReleaseScript = script(
-  'forceReleaseLock',
+  'redlockForceRelease',
   1,
   `
 local holder = redis.call('GET', KEYS[1])
@@ -185,11 +169,10 @@ return holder or ''
  * KEYS[1] birth marker. Returns 1.
  */
 export const redlockMarkScript = script(
-  'markNode',
+  'redlockMark',
   1,
-  `${birth}
-local time = redis.call('TIME')
-bornAt(KEYS[1], tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000))
+  `${SERVER_TIME}${birth}
+bornAt(KEYS[1], serverTime())
 return 1
 `,
 );

@@ -1,10 +1,11 @@
 import type { Redis } from 'ioredis';
 import { InvalidArgumentError, LockBackendError } from '../../lock.errors.js';
 import { driftMargin } from '../../options/durations.js';
-import { sleep } from '../../lease/wait-for-lease.js';
+import { sleep } from '../../util/sleep.js';
 import { hashTagged, toMillis } from '../redis/key-layout.js';
-import { backendErrorOf, purposeOf } from '../redis/backend-messages.js';
-import { leaseRunsOutIn, type RedisScript } from '../redis/redis.scripts.js';
+import { backendErrorOf } from '../redis/backend-messages.js';
+import { leaseRunsOutIn } from '../redis/replies.js';
+import type { RedisScript } from '../redis/script.js';
 import {
   redlockAcquireScript,
   redlockExtendScript,
@@ -15,16 +16,8 @@ import {
   redlockReleaseScript,
   redlockSeedScript,
 } from './redlock.scripts.js';
-import type {
-  Attempt,
-  LeaseKind,
-  LeaseRenewal,
-  LockInspection,
-  LockStore,
-  Successor,
-  Turn,
-  TurnWait,
-} from '../store.js';
+import type { Attempt, Inspection, LockStore, Renewal, Successor, Turn, TurnWait } from '../store.js';
+import type { StoreKind } from '../store-kind.js';
 
 export interface RedlockStoreOptions {
   /** Prefix of every key, e.g. `lock:`. */
@@ -46,11 +39,6 @@ export interface RedlockStoreOptions {
 /** One node's answer, or its error. */
 type NodeResult<T> = { ok: true; value: T } | { ok: false; error: LockBackendError };
 
-/** The message of semaphore calls: Redlock cannot count permits across independent masters. */
-const NO_SEMAPHORES =
-  'semaphores need one Redis; Redlock cannot count permits across independent masters (two quorums of ' +
-  'independent counters can each see a free permit). Use a separate LockModule with the redis option for semaphores';
-
 /**
  * Redlock (antirez) over N independent Redis masters, with nest-lock's additions:
  *
@@ -66,10 +54,11 @@ const NO_SEMAPHORES =
  *   empty, a FLUSHALL) is young for `quarantine` ms: it neither grants nor counts for a renewal, since
  *   the leases it forgot may still be valid (the Redlock paper's delayed restart, done by the client).
  * - No fair line and no wake-ups: waiters poll with the backoff step; `fair` is ignored.
- * - No semaphores: every semaphore call rejects with `InvalidArgumentError`.
+ * - Leases one owner holds at a time (a lock) only: a kind that says why it cannot live here
+ *   (`redlockRefusal`: a semaphore) is refused with `InvalidArgumentError` on every call.
  *
- * Key layout per node: as `RedisStore`'s (`<prefix>{<key>}`, `<prefix>{<key>}:fence`), plus the node's
- * birth marker `<prefix>redlock:born`.
+ * Key layout per node: as `RedisStore`'s (`<prefix><namespace>{<id>}` and its `:fence`), plus the
+ * node's birth marker `<prefix>redlock:born`.
  */
 export class RedlockStore implements LockStore {
   private closed = false;
@@ -112,12 +101,20 @@ export class RedlockStore implements LockStore {
     return Math.min(this.options.commandTimeout, Math.max(ttl / 10, 20));
   }
 
-  async acquireLock(key: string, token: string, ttl: number): Promise<Attempt> {
+  async acquire<Request>(
+    kind: StoreKind<Request>,
+    id: string,
+    _request: Request,
+    token: string,
+    ttl: number,
+  ): Promise<Attempt> {
+    this.checkKind(kind);
     this.checkTtl(ttl);
+    const purpose = kind.purposes.acquire(id);
     const start = performance.now();
     const timeout = this.nodeTimeout(ttl);
-    const keys = this.lockKeys(key);
-    const results = await this.onAll(key, 'acquireLock', timeout, (client, timedOut) =>
+    const keys = this.keysOf(kind, id);
+    const results = await this.onAll(id, purpose, timeout, (client, timedOut) =>
       this.evalScript(
         client,
         redlockAcquireScript,
@@ -148,7 +145,7 @@ export class RedlockStore implements LockStore {
     const { quorum } = this.options;
     if (grantedBy.size >= quorum && this.validity(start, ttl) > 0) {
       // The max rule: the lease's fence is raised on a quorum before anybody is told of it.
-      const raised = await this.onAll(key, 'acquireLock', timeout, (client, timedOut) =>
+      const raised = await this.onAll(id, purpose, timeout, (client, timedOut) =>
         this.evalScript(
           client,
           redlockRaiseFenceScript,
@@ -162,8 +159,8 @@ export class RedlockStore implements LockStore {
       }
     }
     // Not granted: whatever was taken goes back, on every node (a lost reply may have taken it).
-    await this.releaseOnAll(key, token, timeout);
-    if (answered < quorum) throw this.noQuorum(key, 'acquireLock', results);
+    await this.releaseOnAll(kind, id, token, timeout);
+    if (answered < quorum) throw this.noQuorum(id, purpose, results);
     return {
       fence: 0,
       retryIn: Number.isFinite(retryIn) ? retryIn : 0,
@@ -187,15 +184,16 @@ export class RedlockStore implements LockStore {
     return {};
   }
 
-  async releaseLock(key: string, token: string, successor?: Successor): Promise<boolean> {
+  async release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean> {
     try {
-      this.checkOpen(key);
-      const results = await this.releaseOnAll(key, token, this.options.commandTimeout);
+      this.checkKind(kind);
+      this.checkOpen(id);
+      const results = await this.releaseOnAll(kind, id, token, this.options.commandTimeout);
       const released = results.filter((result) => result.ok && Number(result.value) === 1).length;
       const failed = results.filter((result) => !result.ok).length;
       // Not ours on a quorum of the nodes that answered, and the silent ones could change that: unknown.
       if (released < this.options.quorum && released + failed >= this.options.quorum) {
-        throw this.noQuorum(key, 'releaseLock', results);
+        throw this.noQuorum(id, kind.purposes.release(id), results);
       }
       return released >= this.options.quorum;
     } finally {
@@ -204,12 +202,14 @@ export class RedlockStore implements LockStore {
     }
   }
 
-  async extendLock(key: string, token: string, ttl: number): Promise<boolean> {
+  async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
+    this.checkKind(kind);
     this.checkTtl(ttl);
+    const purpose = kind.purposes.extend(id);
     const start = performance.now();
     const timeout = this.nodeTimeout(ttl);
-    const keys = this.lockKeys(key);
-    const results = await this.onAll(key, 'extendLock', timeout, (client, timedOut) =>
+    const keys = this.keysOf(kind, id);
+    const results = await this.onAll(id, purpose, timeout, (client, timedOut) =>
       this.evalScript(client, redlockExtendScript, keys, [token, toMillis(ttl), this.options.quarantine], timedOut),
     );
     const renewedBy = new Set<string>();
@@ -224,20 +224,20 @@ export class RedlockStore implements LockStore {
     const { quorum } = this.options;
     const renewed = renewedBy.size;
     if (renewed < quorum) {
-      if (renewed + failed >= quorum) throw this.noQuorum(key, 'extendLock', results);
+      if (renewed + failed >= quorum) throw this.noQuorum(id, purpose, results);
       return false;
     }
     if (this.validity(start, ttl) <= 0) {
       // Renewed, but too late to vouch for it: the watchdog tries again while the lease may still be ours.
       throw new LockBackendError(
-        `The Redlock nodes answered too late (after ${Math.round(performance.now() - start)} ms): could not ${purposeOf('extendLock', key)}`,
-        key,
+        `The Redlock nodes answered too late (after ${Math.round(performance.now() - start)} ms): could not ${purpose}`,
+        id,
       );
     }
     // Nodes that lost the lock while the quorum kept it get it back, so that it survives the next failure.
     await Promise.all(
       free.map((i) =>
-        this.onNode(key, 'extendLock', timeout, (timedOut) =>
+        this.onNode(id, purpose, timeout, (timedOut) =>
           this.evalScript(this.clients[i], redlockSeedScript, [keys[0]], [token, toMillis(ttl)], timedOut),
         ),
       ),
@@ -245,15 +245,11 @@ export class RedlockStore implements LockStore {
     return true;
   }
 
-  async isLocked(key: string): Promise<boolean> {
-    return (await this.inspectLock(key)).held;
-  }
-
-  async extendLeases(leases: readonly LeaseRenewal[]): Promise<(boolean | LockBackendError)[]> {
+  async extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]> {
     return Promise.all(
-      leases.map((lease) =>
-        (lease.kind === 'lock' ? this.extendLock(lease.id, lease.token, lease.ttl) : this.extendPermit(lease.id)).catch(
-          (error: unknown) => (error instanceof LockBackendError ? error : backendErrorOf(error, 'renewal', lease.id)),
+      renewals.map(({ kind, id, token, ttl }) =>
+        this.extend(kind, id, token, ttl).catch((error: unknown) =>
+          error instanceof LockBackendError ? error : backendErrorOf(error, kind.purposes.extend(id), id),
         ),
       ),
     );
@@ -270,42 +266,24 @@ export class RedlockStore implements LockStore {
     };
   }
 
-  // Semaphores: refused (see NO_SEMAPHORES and docs/API.md).
-
-  acquirePermit(): Promise<Attempt> {
-    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
+  /** 1 when one token holds the lease on a quorum of the nodes, else 0 (see `inspect`). */
+  async count(kind: StoreKind, id: string): Promise<number> {
+    return (await this.inspect(kind, id)).ttls.length;
   }
-
-  releasePermit(_name: string, _token: string, successor?: Successor): Promise<boolean> {
-    successor?.passed(0);
-    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
-  }
-
-  extendPermit(_name?: string): Promise<boolean> {
-    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
-  }
-
-  countPermits(): Promise<number> {
-    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
-  }
-
-  listPermits(): Promise<number[]> {
-    return Promise.reject(new InvalidArgumentError('redlock', NO_SEMAPHORES));
-  }
-
-  // Inspection and operators' tools.
 
   /**
-   * Held when one token holds the lock on at least a quorum of the nodes; its `ttl` is how long a
+   * Held when one token holds the lease on at least a quorum of the nodes; its ttl is how long a
    * quorum still holds it (the quorum-th longest PTTL), `fence` the largest counter of the nodes.
    * Needs a quorum of nodes to answer.
    */
-  async inspectLock(key: string): Promise<LockInspection> {
-    const results = await this.onAll(key, 'inspectLock', this.options.commandTimeout, (client, timedOut) =>
-      this.evalScript(client, redlockInspectScript, this.lockKeys(key).slice(0, 2), [], timedOut),
+  async inspect(kind: StoreKind, id: string): Promise<Inspection> {
+    this.checkKind(kind);
+    const purpose = kind.purposes.inspect(id);
+    const results = await this.onAll(id, purpose, this.options.commandTimeout, (client, timedOut) =>
+      this.evalScript(client, redlockInspectScript, this.keysOf(kind, id).slice(0, 2), [], timedOut),
     );
     const answers = results.flatMap((result) => (result.ok ? [result.value as [string, number, string]] : []));
-    if (answers.length < this.options.quorum) throw this.noQuorum(key, 'inspectLock', results);
+    if (answers.length < this.options.quorum) throw this.noQuorum(id, purpose, results);
     let fence = 0n;
     const byHolder = new Map<string, number[]>();
     for (const [holder, pttl, counter] of answers) {
@@ -318,15 +296,17 @@ export class RedlockStore implements LockStore {
     for (const ttls of byHolder.values()) {
       if (ttls.length < this.options.quorum) continue;
       const ttl = ttls.sort((a, b) => b - a)[this.options.quorum - 1];
-      return { held: true, ttl, ...withFence };
+      return { ttls: [ttl], ...withFence };
     }
-    return { held: false, ttl: 0, ...withFence };
+    return { ttls: [], ...withFence };
   }
 
-  /** Deletes the lock on every node whoever holds it; `true` when one token held it on a quorum. */
-  async forceReleaseLock(key: string): Promise<boolean> {
-    const results = await this.onAll(key, 'forceReleaseLock', this.options.commandTimeout, (client, timedOut) =>
-      this.evalScript(client, redlockForceReleaseScript, [this.lockKeys(key)[0]], [], timedOut),
+  /** Deletes the lease on every node whoever holds it; `true` when one token held it on a quorum. */
+  async forceRelease(kind: StoreKind, id: string): Promise<boolean> {
+    this.checkKind(kind);
+    const purpose = kind.purposes.forceRelease(id);
+    const results = await this.onAll(id, purpose, this.options.commandTimeout, (client, timedOut) =>
+      this.evalScript(client, redlockForceReleaseScript, [this.keysOf(kind, id)[0]], [], timedOut),
     );
     const counts = new Map<string, number>();
     for (const result of results) {
@@ -337,7 +317,7 @@ export class RedlockStore implements LockStore {
     }
     const failed = results.filter((result) => !result.ok).length;
     const held = [...counts.values()].some((count) => count >= this.options.quorum);
-    if (!held && results.length - failed < this.options.quorum) throw this.noQuorum(key, 'forceReleaseLock', results);
+    if (!held && results.length - failed < this.options.quorum) throw this.noQuorum(id, purpose, results);
     return held;
   }
 
@@ -357,14 +337,15 @@ export class RedlockStore implements LockStore {
     );
   }
 
-  /** The lock's key and its fence counter on every node, and the node's birth marker. */
-  keysOf(_kind: LeaseKind, id: string): string[] {
-    return this.lockKeys(id).slice(0, 2);
+  /** The lease's key and its fence counter, the same on every node, and the node's birth marker. */
+  keysOf(kind: StoreKind, id: string): [string, string, string] {
+    const lease = `${this.options.keyPrefix}${kind.redis.namespace}${hashTagged(id)}`;
+    return [lease, `${lease}:fence`, this.markerKey];
   }
 
-  private lockKeys(key: string): [string, string, string] {
-    const lock = `${this.options.keyPrefix}${hashTagged(key)}`;
-    return [lock, `${lock}:fence`, this.markerKey];
+  /** A kind Redlock cannot hold is refused on every call: its `redlockRefusal` says why. */
+  private checkKind(kind: StoreKind): void {
+    if (kind.redlockRefusal !== undefined) throw new InvalidArgumentError('redlock', kind.redlockRefusal);
   }
 
   /** Milliseconds of a lease of `ttl` sent at `start` the caller may still count on. */
@@ -387,39 +368,39 @@ export class RedlockStore implements LockStore {
   }
 
   /** Not enough nodes answered to decide: the first node error explains it, the message says how many answered. */
-  private noQuorum(key: string, operation: string, results: NodeResult<unknown>[]): LockBackendError {
+  private noQuorum(key: string, purpose: string, results: NodeResult<unknown>[]): LockBackendError {
     const failures = results.flatMap((result) => (result.ok ? [] : [result.error]));
     const first = failures[0];
     const answered = results.length - failures.length;
     const message =
       `Only ${answered} of ${results.length} Redlock nodes answered (quorum ${this.options.quorum}): ` +
-      `could not ${purposeOf(operation, key)}${first ? ` (${first.message})` : ''}`;
+      `could not ${purpose}${first ? ` (${first.message})` : ''}`;
     const code = failures.some((failure) => failure.code === 'BACKEND_ERROR') ? 'BACKEND_ERROR' : undefined;
     return new LockBackendError(message, key, { cause: first, ...(code ? { code } : {}) });
   }
 
-  private releaseOnAll(key: string, token: string, timeout: number): Promise<NodeResult<unknown>[]> {
-    const lock = this.lockKeys(key)[0];
-    return this.onAll(key, 'releaseLock', timeout, (client, timedOut) =>
-      this.evalScript(client, redlockReleaseScript, [lock], [token], timedOut),
+  private releaseOnAll(kind: StoreKind, id: string, token: string, timeout: number): Promise<NodeResult<unknown>[]> {
+    const lease = this.keysOf(kind, id)[0];
+    return this.onAll(id, kind.purposes.release(id), timeout, (client, timedOut) =>
+      this.evalScript(client, redlockReleaseScript, [lease], [token], timedOut),
     );
   }
 
   /** Runs `command` on every node at once; each answer or error, in the order of the nodes. */
   private async onAll(
     key: string,
-    operation: string,
+    purpose: string,
     timeout: number,
     command: (client: Redis, timedOut: () => boolean) => Promise<unknown>,
   ): Promise<NodeResult<unknown>[]> {
     this.checkOpen(key);
-    return Promise.all(this.clients.map((client) => this.onNode(key, operation, timeout, (t) => command(client, t))));
+    return Promise.all(this.clients.map((client) => this.onNode(key, purpose, timeout, (t) => command(client, t))));
   }
 
   /** One command on one node, bounded by `timeout`; never rejects. */
   private async onNode(
     key: string,
-    operation: string,
+    purpose: string,
     timeout: number,
     command: (timedOut: () => boolean) => Promise<unknown>,
   ): Promise<NodeResult<unknown>> {
@@ -430,7 +411,7 @@ export class RedlockStore implements LockStore {
         () =>
           reject(
             new LockBackendError(
-              `A Redlock node did not answer within ${Math.round(timeout)} ms: could not ${purposeOf(operation, key)}`,
+              `A Redlock node did not answer within ${Math.round(timeout)} ms: could not ${purpose}`,
               key,
             ),
           ),
@@ -442,7 +423,7 @@ export class RedlockStore implements LockStore {
     try {
       return { ok: true, value: await Promise.race([running, expired]) };
     } catch (error) {
-      return { ok: false, error: backendErrorOf(error, operation, key) };
+      return { ok: false, error: backendErrorOf(error, purpose, key) };
     } finally {
       clearTimeout(timer);
     }
@@ -456,11 +437,13 @@ export class RedlockStore implements LockStore {
     args: (string | number)[],
     timedOut: () => boolean = () => false,
   ): Promise<unknown> {
+    // Redlock publishes no wake-ups: its scripts have one text.
+    const { sha, source } = script.plain;
     try {
-      return await client.evalsha(script.sha, script.numberOfKeys, ...keys, ...args);
+      return await client.evalsha(sha, script.numberOfKeys, ...keys, ...args);
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
-      return await client.eval(script.source, script.numberOfKeys, ...keys, ...args);
+      return await client.eval(source, script.numberOfKeys, ...keys, ...args);
     }
   }
 }

@@ -1,0 +1,85 @@
+import type { LeaseKind } from '../kinds/lease-kind.js';
+import type { LockStore } from '../store/store.js';
+import type { LockTelemetry } from '../telemetry/telemetry.js';
+import { acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
+import { driftOf, HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
+import { enterHold, holdDuring, type HoldTicket } from './lease-chain.js';
+import { LocalLines } from './local-line.js';
+import { ReleaseRetries } from './release-retries.js';
+import type { Watchdog } from './watchdog.js';
+
+/** One acquisition as a public method asks for it: the lease, and how it is kept once held. */
+export interface HoldCall<Request = unknown> extends LeaseCall<Request> {
+  readonly keep: KeepPolicy;
+}
+
+/**
+ * The lease core of one module, for every kind of lease: it takes a lease (the local line, the
+ * store's line, handover, the wait loop), holds it (the watchdog, the lost-lease signal), shares it
+ * with the holders of a call chain, and gives it back. The services are thin facades over it: they
+ * check what their callers pass, once, and hand it here; nothing here checks it again, nor asks
+ * which kind of lease it holds. docs/ARCHITECTURE.md shows how one call travels through it.
+ */
+export class LeaseEngine implements LeaseKeeping {
+  readonly releases = new ReleaseRetries();
+  readonly lines = new LocalLines();
+
+  constructor(
+    readonly store: LockStore,
+    readonly watchdog: Watchdog,
+    private readonly telemetry: LockTelemetry,
+    private readonly commandTimeout: number,
+  ) {}
+
+  /** The part of a lease of `ttl` ms a holder never counts on, by the store's drift rule. */
+  readonly driftOf = (ttl: number): number => driftOf(this.store, ttl);
+
+  /** One acquisition: the held lease, or how long it waited in vain. */
+  async acquire<Request>(call: HoldCall<Request>): Promise<HeldLease | NotGranted> {
+    const { kind, id, policy } = call;
+    // A release of an earlier lease under the caller's own token must not be retried into this one.
+    if (policy.token !== undefined) this.releases.forget({ kind, id, token: policy.token });
+    const grant = await this.telemetry.observeAcquire(kind.name, id, () =>
+      acquireLease(this, call, this.commandTimeout),
+    );
+    if (!('token' in grant)) return grant;
+    return new HeldLease(kind, id, grant, this, call.keep, this.telemetry.startHold(kind.name));
+  }
+
+  /** One acquisition, or the kind's timeout error (`LockTimeoutError`, `SemaphoreTimeoutError`). */
+  async acquireOrThrow<Request>(call: HoldCall<Request>): Promise<HeldLease> {
+    const lease = await this.acquire(call);
+    if (lease instanceof HeldLease) return lease;
+    const { kind, id, request, policy } = call;
+    throw kind.timeoutError(id, request, lease.waited, policy.timeout, lease.refusal);
+  }
+
+  /**
+   * Runs `fn` holding the lease (re-entrant: a call chain that holds it already joins it, the last of
+   * its holders gives it back), and gives it back afterwards, whatever `fn` did.
+   */
+  holdDuring<Request, Handle, T>(call: HoldCall<Request>, fn: (handle: Handle) => T | Promise<T>): Promise<T> {
+    return holdDuring(this.entryOf(call), () => this.acquireOrThrow(call), fn);
+  }
+
+  /** Joins the lease the call chain holds, or waits for it, as a holder that must `leave()` (the decorators). */
+  enter<Request>(call: HoldCall<Request>): Promise<HoldTicket<HeldLease>> {
+    return enterHold(this.entryOf(call), () => this.acquireOrThrow(call));
+  }
+
+  /** The leases of `kind` on `id` held in this process (by `token`, or by anybody without one), newest last. */
+  leasesOf(kind: LeaseKind, id: string, token?: string): HeldLease[] {
+    return this.watchdog.leasesOf<HeldLease>(kind, id, token);
+  }
+
+  /** The module is closing: no renewal, release retry or report any more. */
+  close(): void {
+    this.watchdog.close();
+    this.releases.close();
+  }
+
+  private entryOf({ kind, id }: HoldCall): { kind: string; id: string; scope: object } {
+    // Two applications (two modules) in one process never share a lease: the store is the scope.
+    return { kind: kind.name, id, scope: this.store };
+  }
+}

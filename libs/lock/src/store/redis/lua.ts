@@ -1,0 +1,114 @@
+import type { PublishCommand } from './script.js';
+
+/**
+ * Lua shared by the scripts of every kind of lease, on one Redis and on every Redlock master: the
+ * server's clock, the fence rule, and the line of waiters. Each is a snippet a script includes.
+ */
+
+/** The server's clock (TIME): clients with skewed clocks agree on it. Returns ms and µs. */
+export const SERVER_TIME = `
+local function serverTime()
+  local time = redis.call('TIME')
+  local micros = tonumber(time[1]) * 1000000 + tonumber(time[2])
+  return math.floor(micros / 1000), micros
+end
+`;
+
+/**
+ * The fence rule (needs `SERVER_TIME`): the next fence of the counter at key `counter` is the server
+ * clock in microseconds, or one more than the last fence when that is ahead. It increases even when
+ * the counter was lost (a restart without persistence, a FLUSHALL) or restored from an older
+ * snapshot, as long as the server clock does not go back. The counter only matters while fences are
+ * drawn faster than the clock ticks: it expires `counterTtl` ms after the last fence, when the clock
+ * is that far past it (docs/API.md, "Fences"). SET … GET reads the last fence and writes the next in
+ * one command; drawn before a lease is written, a counter of the wrong type fails the script before
+ * it takes anything. '%.0f': Lua would write a number this large in exponent notation, rounded.
+ */
+export const FENCE_RULE = `
+local function drawFence(counter, counterTtl)
+  local _, micros = serverTime()
+  local last = tonumber(redis.call('SET', counter, string.format('%.0f', micros), 'GET', 'PX', counterTtl)) or 0
+  if last < micros then return micros end
+  redis.call('SET', counter, string.format('%.0f', last + 1), 'PX', counterTtl)
+  return last + 1
+end
+`;
+
+/**
+ * The line of waiters, on one Redis (needs `SERVER_TIME` and `FENCE_RULE`). Every lease has, in its
+ * hash slot: KEYS[1] the lease itself (the kind's own layout), KEYS[2] its fence counter, KEYS[3]
+ * the **line**: fair waiters in order of arrival (token → server clock in µs), and KEYS[4] the
+ * **alive** set: every waiter, fair or not (token → deadline in ms), which a waiter pushes back with
+ * each attempt. A waiter that stops attempting (it died, or gave up without being able to say so)
+ * drops out once its deadline passes, so it never blocks the line. A kind may keep what each waiter
+ * asked for in KEYS[5] (a hash by token; a semaphore keeps its waiters' limits there), which leaves
+ * and drops out with the waiter. Releases publish on the lease's wake-up channel: an empty message
+ * wakes waiters (one per process), `<token> <fence>` tells one waiter the lease was handed to it.
+ *
+ * `counterTtl` is set by each script from its arguments before it draws a fence.
+ */
+export function waiterLine(publish: PublishCommand): string {
+  return `${SERVER_TIME}${FENCE_RULE}
+local lease, counter, line, alive, asked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local counterTtl
+
+local function nextFence()
+  return drawFence(counter, counterTtl)
+end
+
+-- The last fence this key issued: a waiter told to wait compares it with the fence of a handover
+-- message, which is above it only if the handover came after this attempt.
+local function lastFence()
+  return redis.call('GET', counter) or '0'
+end
+
+local function leaveLine(token)
+  redis.call('ZREM', line, token)
+  redis.call('ZREM', alive, token)
+  if asked then redis.call('HDEL', asked, token) end
+end
+
+local function dropGoneWaiters(nowMs)
+  local gone = redis.call('ZRANGEBYSCORE', alive, '-inf', nowMs)
+  if #gone > 0 then
+    redis.call('ZREM', line, unpack(gone))
+    redis.call('ZREM', alive, unpack(gone))
+    if asked then redis.call('HDEL', asked, unpack(gone)) end
+  end
+end
+
+-- The sets expire only once every waiter in them is gone: a waiter may lengthen their life, never
+-- shorten it (one that may wait less than another would drop the other out of line, unwoken).
+-- PTTL rather than PEXPIRE's GT option, which needs Redis 7.
+local function outlive(set, ms)
+  if redis.call('PTTL', set) < ms then redis.call('PEXPIRE', set, ms) end
+end
+
+local function join(token, fair, nowMs, nowMicros, liveMs)
+  if fair then
+    redis.call('ZADD', line, 'NX', nowMicros, token)
+    outlive(line, liveMs * 2)
+  end
+  redis.call('ZADD', alive, nowMs + liveMs, token)
+  outlive(alive, liveMs * 2)
+end
+
+-- Tells one waiter that the lease is its own now, with the fence of its lease.
+local function tell(channel, waiter)
+  redis.call('${publish}', channel, waiter .. ' ' .. string.format('%.0f', nextFence()))
+end
+
+-- Wakes the waiters: one per process tries for the lease.
+local function wake(channel)
+  redis.call('${publish}', channel, '')
+end
+
+-- Whether a release may hand its lease to the successor its caller names (a waiter of the releasing
+-- process): when the successor may go ahead of the line, is first in it, or nobody is in line.
+local function successorFirst(successor, jump)
+  if jump then return true end
+  local first = redis.call('ZRANGE', line, 0, 0)[1]
+  return not first or first == successor
+end
+`;
+}

@@ -1,0 +1,45 @@
+import type { Inspection } from '../store.js';
+import type { RedisScript } from './script.js';
+
+/**
+ * How one kind of lease lives on Redis: its keys and its scripts. `RedisStore` runs them and knows
+ * nothing else of the kind. Every key of one lease shares its hash tag (one cluster slot):
+ * `<keyPrefix><namespace>{<id>}` is the lease itself, `…:<companion>` the others, `…:wake` its
+ * wake-up channel. A script takes the first `numberOfKeys` of KEYS[1] the lease and KEYS[2…] the
+ * companions, in their order, and these ARGV (a kind's own request arguments after the acquire's):
+ *
+ * - `acquire`: ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] when not
+ *   granted, wait in line for this many ms ('0': a last attempt, it does not wait), ARGV[5] '1' if
+ *   it joined the line before, ARGV[6] lease ms of a handover, ARGV[7] wake-up channel, ARGV[8] fence
+ *   counter ttl ms, then `requestArgs`. Returns the fence (an integer) when the token holds the lease
+ *   now; else {ms the holder's lease still runs, the last fence issued}: a bare integer, because the
+ *   uncontended call is the one that counts (every argument and every element of a reply is parsed
+ *   twice, by the client and by the server). Holding it already counts as granted (a retry after a
+ *   lost reply, or a waiter that missed its handover message).
+ * - `release`: ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] fence
+ *   counter ttl ms; with a successor, ARGV[5] its token and ARGV[6] '1' if it may go ahead of the
+ *   line. Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter
+ *   giving up); {that, its fence} when the lease went to the successor.
+ * - `extend`: ARGV[1] owner token, ARGV[2] ttl ms. Returns 1 if extended, else 0.
+ * - `forceRelease`: ARGV[1] lease ms of a handover, ARGV[2] channel, ARGV[3] fence counter ttl ms.
+ *   Returns 1 if the lease was held, else 0.
+ * - `count`, `inspect`: no ARGV; read-only.
+ */
+export interface RedisLayout<Request> {
+  /** Between the key prefix and the hash tag: `''` for locks, `'sem:'` for semaphores. */
+  readonly namespace: string;
+  /** The companion keys' suffixes, KEYS[2…] of every script: the fence counter first. */
+  readonly companions: readonly string[];
+  readonly acquire: RedisScript;
+  /** The acquire script's arguments after the common ones (a semaphore's limit). */
+  requestArgs(request: Request): readonly (string | number)[];
+  readonly release: RedisScript;
+  readonly extend: RedisScript;
+  /** Returns how many hold the lease now. */
+  readonly count: RedisScript;
+  /** Returns what `readInspection` reads. */
+  readonly inspect: RedisScript;
+  readInspection(reply: unknown): Inspection;
+  /** An operator's release, whoever holds it; absent for a kind that offers none. */
+  readonly forceRelease?: RedisScript;
+}

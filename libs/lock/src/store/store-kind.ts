@@ -1,0 +1,28 @@
+import type { RedisLayout } from './redis/redis-layout.js';
+
+/** An operation a store runs on a lease: what a backend error says could not be done. */
+export type StoreOperation = 'acquire' | 'release' | 'extend' | 'count' | 'inspect' | 'forceRelease';
+
+/**
+ * What a store needs to know of a kind of lease (a lock, a permit of a semaphore, …). The stores
+ * are written once against it: they never ask which kind they hold. `Request` is what a caller asks
+ * for beyond the lease itself (a semaphore's limit; nothing for a lock).
+ */
+export interface StoreKind<Request = unknown> {
+  /** `lock`, `semaphore`: in telemetry, in `LockLostError.kind`. */
+  readonly name: string;
+  /** What an operation on lease `id` is for, as a message says it could not be done: `take lock "k"`. */
+  readonly purposes: Readonly<Record<StoreOperation, (id: string) => string>>;
+  /**
+   * On the memory store: whether a caller asking `request` may hold the lease beside its live
+   * `holders` (what each of them asked for). A token that holds it already is always let in again.
+   */
+  admits(holders: readonly Request[], request: Request): boolean;
+  /** On Redis: its keys and scripts. */
+  readonly redis: RedisLayout<Request>;
+  /**
+   * Why it cannot live on Redlock's independent masters, for the `InvalidArgumentError` its calls
+   * reject with there; absent for a lease one owner holds at a time, which Redlock's quorum can hold.
+   */
+  readonly redlockRefusal?: string;
+}
