@@ -1,7 +1,72 @@
 import eslint from '@eslint/js';
 import prettier from 'eslint-config-prettier';
+import { createTypeScriptImportResolver } from 'eslint-import-resolver-typescript';
+import importX from 'eslint-plugin-import-x';
 import globals from 'globals';
 import tseslint from 'typescript-eslint';
+
+/**
+ * The library's layers, top to bottom (docs/ARCHITECTURE.md). A file may import its own layer and the
+ * layers below it, never one above: Nest glue → services → the lease core → kinds → stores, with
+ * telemetry beside the core and the leaf modules (options, errors, logger, tokens, util) under all.
+ */
+const src = 'libs/lock/src';
+const layers = {
+  entry: [`${src}/index.ts`, `${src}/terminus/**`],
+  glue: [
+    `${src}/lock.module.ts`,
+    `${src}/lock.module-definition.ts`,
+    `${src}/lock-module.options.ts`,
+    `${src}/decorators/**`,
+    `${src}/http/**`,
+  ],
+  services: [
+    `${src}/lock.service.ts`,
+    `${src}/semaphore.service.ts`,
+    `${src}/local-semaphores.ts`,
+    `${src}/local-semaphore.ts`,
+    `${src}/live-services.ts`,
+  ],
+  core: [`${src}/lease/**`],
+  kinds: [`${src}/kinds/**`],
+  stores: [`${src}/store/**`],
+  telemetry: [`${src}/telemetry/**`],
+  leaf: [
+    `${src}/options/**`,
+    `${src}/util/**`,
+    `${src}/lock.errors.ts`,
+    `${src}/lock-logger.ts`,
+    `${src}/lock.constants.ts`,
+  ],
+};
+/** Layers each layer must not import. */
+const forbidden = {
+  glue: ['entry'],
+  services: ['entry', 'glue'],
+  core: ['entry', 'glue', 'services'],
+  kinds: ['entry', 'glue', 'services', 'core', 'telemetry'],
+  stores: ['entry', 'glue', 'services', 'core', 'kinds', 'telemetry'],
+  telemetry: ['entry', 'glue', 'services', 'core', 'kinds', 'stores'],
+  leaf: ['entry', 'glue', 'services', 'core', 'kinds', 'stores', 'telemetry'],
+};
+// One zone per target and forbidden path: a zone's `from` may not mix files and globs.
+const layerZones = Object.entries(forbidden).flatMap(([layer, above]) =>
+  layers[layer].flatMap((target) =>
+    above.flatMap((name) =>
+      layers[name].map((from) => ({
+        target,
+        from,
+        message: `the ${layer} layer must not import the ${name} layer (docs/ARCHITECTURE.md, "Layers")`,
+      })),
+    ),
+  ),
+);
+// The core is written against the kind interface alone: a new kind of lease needs no edit to it.
+layerZones.push({
+  target: `${src}/lease/**`,
+  from: [`${src}/kinds/*.kind.ts`, `${src}/kinds/*.scripts.ts`],
+  message: 'the lease core knows kinds of lease by their interface (kinds/lease-kind.ts) only',
+});
 
 export default tseslint.config(
   { ignores: ['**/dist/', 'node_modules/', 'coverage/'] },
@@ -22,6 +87,19 @@ export default tseslint.config(
       '@typescript-eslint/require-await': 'off',
       // An aborted wait rejects with `signal.reason`, whatever the caller made it.
       '@typescript-eslint/prefer-promise-reject-errors': 'off',
+    },
+  },
+  {
+    files: [`${src}/**/*.ts`],
+    plugins: { 'import-x': importX },
+    settings: {
+      ...importX.flatConfigs.typescript.settings,
+      'import-x/resolver': undefined,
+      'import-x/resolver-next': [createTypeScriptImportResolver({ project: 'tsconfig.json' })],
+    },
+    rules: {
+      'import-x/no-cycle': 'error',
+      'import-x/no-restricted-paths': ['error', { zones: layerZones }],
     },
   },
   {

@@ -3,7 +3,13 @@ import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import type { LockErrorBody } from './http/http-options.js';
 import { DEFAULT_RETRY_AFTER_SECONDS, validateRetryAfter } from './http/http-options.js';
 import { InvalidArgumentError, type LockError, type LockLostError } from './lock.errors.js';
-import { DEFAULT_LEASE, DEFAULTS_OPTION_NAMES, type LeaseDefaults, resolveLease } from './options/call-options.js';
+import {
+  DEFAULT_LEASE,
+  DEFAULTS_OPTION_NAMES,
+  type LeaseDefaults,
+  type ModuleDefaults,
+  resolveLease,
+} from './options/call-options.js';
 import { driftMargin, duration } from './options/durations.js';
 import { describe, isPlainObject, isWellFormed, rejectUnknownNames, validateBoolean } from './options/validation.js';
 import { isClusterOption, type RedisClusterOption, validateRedisOption } from './store/redis/redis-options.js';
@@ -101,7 +107,7 @@ export interface ResolvedModuleOptions {
   redlock?: ResolvedRedlockOptions;
   keyPrefix: string;
   fenceCounterTtl: number;
-  defaults: Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
+  defaults: ModuleDefaults;
   commandTimeout: number;
   waitForReplicas?: { replicas: number; timeout: number };
   onLockLost?: (error: LockLostError) => void;

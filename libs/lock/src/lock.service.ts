@@ -7,10 +7,10 @@ import { type HoldCall, LeaseEngine } from './lease/lease-engine.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
-import type { ResolvedModuleOptions } from './lock-module.options.js';
 import {
   type LockOptions,
   resolveAcquirePolicy,
+  type ServiceOptions,
   validateKey,
   validateLeaseTtl,
   validateRoutine,
@@ -60,7 +60,7 @@ export class LockService implements OnModuleDestroy {
 
   constructor(
     @Inject(LeaseEngine) private readonly engine: LeaseEngine,
-    @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
+    @Inject(LOCK_OPTIONS) private readonly options: ServiceOptions,
   ) {
     this.logger = createLockLogger(options.logger, 'LockService');
     // Lets decorated methods of instances Nest built by a factory find this service.

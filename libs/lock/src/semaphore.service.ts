@@ -7,11 +7,11 @@ import { registerLiveService, unregisterLiveService } from './live-services.js';
 import type { LocalSemaphore } from './local-semaphore.js';
 import { type LocalPermit, LocalSemaphores } from './local-semaphores.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
-import type { ResolvedModuleOptions } from './lock-module.options.js';
 import {
   resolveAcquirePolicy,
   resolveLease,
   type SemaphoreOptions,
+  type ServiceOptions,
   validateKey,
   validateLimit,
   validateLocalOptions,
@@ -59,7 +59,7 @@ export class SemaphoreService implements OnModuleDestroy {
 
   constructor(
     @Inject(LeaseEngine) private readonly engine: LeaseEngine,
-    @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
+    @Inject(LOCK_OPTIONS) private readonly options: ServiceOptions,
   ) {
     // Lets decorated methods of instances Nest built by a factory find this service.
     registerLiveService(SemaphoreService, this);

@@ -1,3 +1,4 @@
+import type { LoggerService } from '@nestjs/common';
 import { InvalidArgumentError } from '../lock.errors.js';
 import { duration } from './durations.js';
 import { describe, isPlainObject, isWellFormed, rejectUnknownNames, validateBoolean } from './validation.js';
@@ -81,6 +82,15 @@ export function validateCallOptions(
   if (token !== undefined) validateKey('token', token);
   validateBoolean(autoExtend, 'autoExtend');
   validateBoolean(fair, 'fair');
+}
+
+/** The defaults of every call, from the module options (`defaults`), resolved. */
+export type ModuleDefaults = Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
+
+/** What the services read of the module options: the defaults of every call, and where to log. */
+export interface ServiceOptions {
+  readonly defaults: ModuleDefaults;
+  readonly logger?: LoggerService | false;
 }
 
 /** How one acquisition goes, every option checked and every default filled in: what the lease core takes. */
