@@ -108,20 +108,13 @@ export class RedlockStore implements LockStore {
     token: string,
     ttl: number,
   ): Promise<Attempt> {
-    this.checkKind(kind);
-    this.checkTtl(ttl);
-    const purpose = kind.purposes.acquire(id);
-    const start = performance.now();
-    const timeout = this.nodeTimeout(ttl);
-    const keys = this.keysOf(kind, id);
-    const results = await this.onAll(id, purpose, timeout, (client, timedOut) =>
-      this.evalScript(
-        client,
-        redlockAcquireScript,
-        keys,
-        [token, toMillis(ttl), this.options.quarantine, this.options.fenceCounterTtl],
-        timedOut,
-      ),
+    const { purpose, start, timeout, keys, results } = await this.onAllWithin(
+      kind,
+      id,
+      'acquire',
+      ttl,
+      redlockAcquireScript,
+      [token, toMillis(ttl), this.options.quarantine, this.options.fenceCounterTtl],
     );
     // Servers (by run_id), not nodes: one server listed under two names must not count twice.
     const grantedBy = new Set<string>();
@@ -203,14 +196,13 @@ export class RedlockStore implements LockStore {
   }
 
   async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
-    this.checkKind(kind);
-    this.checkTtl(ttl);
-    const purpose = kind.purposes.extend(id);
-    const start = performance.now();
-    const timeout = this.nodeTimeout(ttl);
-    const keys = this.keysOf(kind, id);
-    const results = await this.onAll(id, purpose, timeout, (client, timedOut) =>
-      this.evalScript(client, redlockExtendScript, keys, [token, toMillis(ttl), this.options.quarantine], timedOut),
+    const { purpose, start, timeout, keys, results } = await this.onAllWithin(
+      kind,
+      id,
+      'extend',
+      ttl,
+      redlockExtendScript,
+      [token, toMillis(ttl), this.options.quarantine],
     );
     const renewedBy = new Set<string>();
     let failed = 0;
@@ -384,6 +376,31 @@ export class RedlockStore implements LockStore {
     return this.onAll(id, kind.purposes.release(id), timeout, (client, timedOut) =>
       this.evalScript(client, redlockReleaseScript, [lease], [token], timedOut),
     );
+  }
+
+  /**
+   * Runs `script` on the lease `id` on every node at once, for a lease of `ttl`: each node bounded by
+   * `nodeTimeout(ttl)`, so that a dead node costs a small part of the validity. Also returns when it
+   * started (the validity counts from there) and what it was for.
+   */
+  private async onAllWithin(
+    kind: StoreKind,
+    id: string,
+    operation: 'acquire' | 'extend',
+    ttl: number,
+    script: RedisScript,
+    args: (string | number)[],
+  ) {
+    this.checkKind(kind);
+    this.checkTtl(ttl);
+    const purpose = kind.purposes[operation](id);
+    const start = performance.now();
+    const timeout = this.nodeTimeout(ttl);
+    const keys = this.keysOf(kind, id);
+    const results = await this.onAll(id, purpose, timeout, (client, timedOut) =>
+      this.evalScript(client, script, keys, args, timedOut),
+    );
+    return { purpose, start, timeout, keys, results };
   }
 
   /** Runs `command` on every node at once; each answer or error, in the order of the nodes. */
