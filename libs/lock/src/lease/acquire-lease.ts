@@ -4,7 +4,7 @@ import type { Turn } from '../store/store.js';
 import { driftOf, type LeaseGrant, type LeaseKeeping } from './held-lease.js';
 import { lineOf } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
-import { waitForLease } from './wait-for-lease.js';
+import { type HandedLease, waitForLease } from './wait-for-lease.js';
 
 /** No lease within the timeout: how long it waited, and why the store refused when no holder was the reason. */
 export interface NotGranted {
@@ -110,18 +110,9 @@ export async function acquireLease<Request>(
         pause: async (wait, pauseSignal) => {
           const fence = await turn.wait(wait, pauseSignal);
           if (fence === 0) return null;
-          const handover = Math.min(store.handoverLease, policy.ttl);
-          // Passed by a release of this process: its lease began after that release was sent.
-          const passedAt = lines.passSentAt(line, token, fence);
-          if (passedAt !== undefined && stillRuns(passedAt, handover)) {
-            return { fence, sentAt: passedAt, serverTtl: handover };
-          }
-          if (passedAt === undefined && fence > fenceAtWait && stillRuns(toldToWaitAt, handover)) {
-            return { fence, sentAt: toldToWaitAt, serverTtl: handover };
-          }
-          // Stale, or too old for this waiter's clock to vouch for (read late, or after a lease it was
-          // given back): the next attempt finds out (a lease still its own is granted again, with a new fence).
-          return null;
+          const handed = { fence, passedAt: lines.passSentAt(line, token, fence) };
+          const refused = { at: toldToWaitAt, lastFence: fenceAtWait };
+          return acceptedHandover(handed, refused, Math.min(store.handoverLease, policy.ttl), stillRuns);
         },
         release,
       },
@@ -145,6 +136,37 @@ export async function acquireLease<Request>(
     turn.close();
     leaveLocalLine?.();
   }
+}
+
+/**
+ * Whether a lease handed to a waiter is taken as its own, and from when it counts — the handover
+ * rules. `handed.fence` came on the waiter's turn; `handed.passedAt` is when the release of this
+ * process that passed it was sent, if one did (`LocalLines.passSentAt`); `refused` is the waiter's
+ * latest attempt that was told to wait: when it was sent, and the last fence issued when it ran.
+ *
+ * - Passed by a release of this process: its lease began after that release was sent.
+ * - Told by a message: its lease began after the refused attempt was sent, if its fence is above the
+ *   last fence that attempt saw; a fence at or below it was handed over before that attempt ran,
+ *   which found the lease someone else's — the message is stale.
+ * - Either way, only while the handover lease still runs by this waiter's clock (`stillRuns`): a
+ *   handover read late, or after a lease this waiter gave back, is not taken.
+ *
+ * `null`: not taken; the next attempt finds out (a lease still its own is granted again, with a new fence).
+ */
+export function acceptedHandover(
+  handed: { fence: number; passedAt?: number | undefined },
+  refused: { at: number; lastFence: number },
+  handoverLease: number,
+  stillRuns: (sentAt: number, leaseMs: number) => boolean,
+): HandedLease | null {
+  const { fence, passedAt } = handed;
+  if (passedAt !== undefined) {
+    return stillRuns(passedAt, handoverLease) ? { fence, sentAt: passedAt, serverTtl: handoverLease } : null;
+  }
+  if (fence > refused.lastFence && stillRuns(refused.at, handoverLease)) {
+    return { fence, sentAt: refused.at, serverTtl: handoverLease };
+  }
+  return null;
 }
 
 /** Ends a wait for a pass that the release did not make (an abort reason, never thrown to a caller). */

@@ -1,0 +1,160 @@
+import { describe, expect, it } from '@jest/globals';
+import { LocalLines } from './local-line.js';
+
+const LINE = 'lock\0order:42';
+
+/** Enters `line` and records when the turn came (the order of turns), without leaving. */
+function queue(lines: LocalLines, order: string[], name: string, deadlineIn = 10_000, signal?: AbortSignal) {
+  return lines.enter(LINE, performance.now() + deadlineIn, signal).then((leave) => {
+    order.push(name);
+    return leave;
+  });
+}
+
+describe('LocalLines: the fair waiters of one process', () => {
+  it('gives the first caller its turn at once, and the others in order of arrival, one at a time', async () => {
+    const lines = new LocalLines();
+    const order: string[] = [];
+    const first = await queue(lines, order, 'a');
+    const second = queue(lines, order, 'b');
+    const third = queue(lines, order, 'c');
+    await Promise.resolve();
+    expect(order).toEqual(['a']);
+    expect(lines.isBusy(LINE)).toBe(true);
+
+    first!();
+    (await second)!();
+    (await third)!();
+    expect(order).toEqual(['a', 'b', 'c']);
+    expect(lines.isBusy(LINE)).toBe(false);
+  });
+
+  it('leaves once only: a second leave() does not give the turn away twice', async () => {
+    const lines = new LocalLines();
+    const order: string[] = [];
+    const first = (await queue(lines, order, 'a'))!;
+    const second = queue(lines, order, 'b');
+    const third = queue(lines, order, 'c');
+    first();
+    first();
+    const leaveSecond = (await second)!;
+    await Promise.resolve();
+    expect(order).toEqual(['a', 'b']);
+    leaveSecond();
+    (await third)!();
+    expect(order).toEqual(['a', 'b', 'c']);
+  });
+
+  it('answers null when the deadline passes first, and the waiter no longer holds up the line', async () => {
+    const lines = new LocalLines();
+    const order: string[] = [];
+    const first = (await queue(lines, order, 'a'))!;
+    const late = await lines.enter(LINE, performance.now() + 20);
+    expect(late).toBeNull();
+    const next = queue(lines, order, 'b');
+    first();
+    expect(await next).toBeInstanceOf(Function);
+    expect(order).toEqual(['a', 'b']);
+  });
+
+  it('rejects with the signal’s reason on abort, and the next waiter still gets its turn', async () => {
+    const lines = new LocalLines();
+    const order: string[] = [];
+    const first = (await queue(lines, order, 'a'))!;
+    const abort = new AbortController();
+    const aborted = queue(lines, order, 'b', 10_000, abort.signal);
+    const next = queue(lines, order, 'c');
+    abort.abort(new Error('gave up'));
+    await expect(aborted).rejects.toThrow('gave up');
+    first();
+    await next;
+    expect(order).toEqual(['a', 'c']);
+  });
+});
+
+describe('LocalLines: passing a lease inside the process (the cohort)', () => {
+  /**
+   * A line whose holder took the lease (`won`) at `wonAt`, with `head` now first of this process,
+   * waiting on the store since `headSince`.
+   */
+  async function lineWithHolder(lines: LocalLines, headSince: (wonAt: number) => number) {
+    const leaveHolder = (await lines.enter(LINE, performance.now() + 10_000))!;
+    lines.waitsOnStore(LINE, 'holder', performance.now());
+    const headTurn = lines.enter(LINE, performance.now() + 10_000);
+    const wonAt = performance.now();
+    const runsOutBy = wonAt + 1_000;
+    lines.won(LINE, 'holder', runsOutBy);
+    leaveHolder();
+    const leaveHead = (await headTurn)!;
+    lines.waitsOnStore(LINE, 'head', headSince(wonAt));
+    return { leaveHead, runsOutBy };
+  }
+
+  it('lets a head that was waiting before this process took the lease go ahead of the store’s line', async () => {
+    const lines = new LocalLines();
+    const { runsOutBy } = await lineWithHolder(lines, (wonAt) => wonAt - 1_000);
+
+    // It counts on a pass until the holder's lease runs out, moved on by each renewal.
+    expect(lines.expectsPassBy(LINE, 'head')).toBe(runsOutBy);
+    lines.renewed(LINE, 'holder', runsOutBy + 500);
+    expect(lines.expectsPassBy(LINE, 'head')).toBe(runsOutBy + 500);
+    expect(lines.successor(LINE, 'holder')).toMatchObject({ token: 'head', jump: true });
+  });
+
+  it('keeps a head that arrived after this process took the lease behind the store’s line', async () => {
+    const lines = new LocalLines();
+    await lineWithHolder(lines, () => performance.now() + 1);
+
+    expect(lines.expectsPassBy(LINE, 'head')).toBeUndefined();
+    expect(lines.successor(LINE, 'holder')).toMatchObject({ token: 'head', jump: false });
+  });
+
+  it('never names the releasing holder as its own successor', async () => {
+    const lines = new LocalLines();
+    await lineWithHolder(lines, (wonAt) => wonAt - 1_000);
+
+    expect(lines.successor(LINE, 'head')).toBeUndefined();
+  });
+
+  it('serves at most 16 passes in a row, then the store’s line moves on (a new tenure begins)', async () => {
+    const lines = new LocalLines();
+    let holder = 'holder-0';
+    let leave = (await lines.enter(LINE, performance.now() + 60_000))!;
+    lines.waitsOnStore(LINE, holder, performance.now());
+    // Twenty waiters of this process, all queued before the first tenure began.
+    const turns = Array.from({ length: 20 }, () => lines.enter(LINE, performance.now() + 60_000));
+    const arrivedBefore = performance.now() - 1_000;
+    lines.won(LINE, holder, performance.now() + 1_000);
+    const jumps: boolean[] = [];
+    for (let i = 1; i <= 20; i++) {
+      leave();
+      leave = (await turns[i - 1])!;
+      const next = `holder-${i}`;
+      lines.waitsOnStore(LINE, next, arrivedBefore);
+      const successor = lines.successor(LINE, holder)!;
+      jumps.push(successor.jump);
+      successor.passed(1_000 + i);
+      lines.won(LINE, next, performance.now() + 1_000);
+      holder = next;
+    }
+    leave();
+
+    expect(jumps).toEqual([...Array.from({ length: 16 }, () => true), false, true, true, true]);
+  });
+
+  it('remembers when the release that passed a fence was sent; a release that passed nothing ends the wait for it', async () => {
+    const lines = new LocalLines();
+    await lineWithHolder(lines, (wonAt) => wonAt - 1_000);
+    let notPassed = 0;
+    lines.onNotPassed(LINE, 'head', () => notPassed++);
+
+    lines.successor(LINE, 'holder')!.passed(0);
+    expect(notPassed).toBe(1);
+
+    const before = performance.now();
+    lines.successor(LINE, 'holder')!.passed(77);
+    expect(lines.passSentAt(LINE, 'head', 77)).toBeGreaterThanOrEqual(before);
+    expect(lines.passSentAt(LINE, 'head', 78)).toBeUndefined();
+    expect(lines.passSentAt(LINE, 'someone-else', 77)).toBeUndefined();
+  });
+});
