@@ -27,7 +27,7 @@ export interface LeaseGrant {
 
 /** How a lease is kept: renewed by the watchdog or not, and whether its loss is reported. */
 export interface KeepPolicy {
-  /** Set for good once holders outlive the one that took the lease (`keepAlive()`). */
+  /** Set for good once holders outlive the one that took the lease (`keepExtending()`). */
   autoExtend: boolean;
   /** Log the loss and tell `onLockLost`: the lease was renewed, or a scope (`withLock`, …) still holds it. */
   reportLoss: boolean;
@@ -78,7 +78,7 @@ export class HeldLease implements WatchedLease {
    */
   private extension?: Promise<void>;
   /** When the watchdog should renew it next (only with `autoExtend`). */
-  renewAt: number;
+  extendAt: number;
   /** How long the lease the store holds now runs: the short handover lease until the first renewal, then the ttl. */
   serverLease: number;
   /** Handed over for a short lease: the watchdog extends it to `ttl` once, `autoExtend` or not. */
@@ -103,7 +103,7 @@ export class HeldLease implements WatchedLease {
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
     this.validUntil = grant.sentAt + grant.serverTtl - driftOf(keeping.store, grant.serverTtl);
-    this.renewAt = grant.sentAt + grant.serverTtl / 3;
+    this.extendAt = grant.sentAt + grant.serverTtl / 3;
     this.serverLease = grant.serverTtl;
     this.mustExtend = grant.serverTtl < grant.ttl;
     keeping.watchdog.track(this);
@@ -148,7 +148,7 @@ export class HeldLease implements WatchedLease {
   }
 
   /** An extension (a renewal, or `expire()`) is on its way; the watchdog sends no second one. */
-  get renewing(): boolean {
+  get extending(): boolean {
     return this.extension !== undefined;
   }
 
@@ -174,7 +174,7 @@ export class HeldLease implements WatchedLease {
       sent.answered('failed');
       return false;
     }
-    sent.answered(renewed ? 'renewed' : 'lost');
+    sent.answered(renewed ? 'extended' : 'lost');
     return renewed;
   }
 
@@ -185,7 +185,7 @@ export class HeldLease implements WatchedLease {
    * applies the answer: renewed from the send time, lost, or failed (the lease may or may not have been
    * extended: it keeps the sooner deadline).
    */
-  extensionSent(ttl: number): { answered(outcome: 'renewed' | 'lost' | 'failed'): void } {
+  extensionSent(ttl: number): { answered(outcome: 'extended' | 'lost' | 'failed'): void } {
     const sentAt = performance.now();
     this.validUntil = Math.min(this.validUntil, sentAt + ttl - driftOf(this.keeping.store, ttl));
     let settle!: () => void;
@@ -195,7 +195,7 @@ export class HeldLease implements WatchedLease {
         this.extension = undefined;
         settle();
         if (this.state !== 'held') return;
-        if (outcome === 'renewed') this.renewed(sentAt, ttl);
+        if (outcome === 'extended') this.extended(sentAt, ttl);
         else if (outcome === 'lost') this.lose('taken');
         // Its renewal, or its deadline, may now come sooner than the watchdog's timer.
         if (this.state === 'held') this.keeping.watchdog.track(this);
@@ -259,7 +259,7 @@ export class HeldLease implements WatchedLease {
   }
 
   /** Renews the lease from now on (nested holders outlive the one that took it without `autoExtend`). */
-  keepAlive(): void {
+  keepExtending(): void {
     if (this.policy.autoExtend || this.state !== 'held') return;
     this.policy = { ...this.policy, autoExtend: true };
     this.keeping.watchdog.track(this);
@@ -291,11 +291,11 @@ export class HeldLease implements WatchedLease {
   }
 
   /** An extension sent at `sentAt` succeeded. */
-  private renewed(sentAt: number, ttl: number): void {
-    this.keeping.lines.renewed(lineOf(this.kind, this.id), this.token, performance.now() + ttl);
+  private extended(sentAt: number, ttl: number): void {
+    this.keeping.lines.extended(lineOf(this.kind, this.id), this.token, performance.now() + ttl);
     this.mustExtend = false;
     this.validUntil = sentAt + ttl - driftOf(this.keeping.store, ttl);
-    this.renewAt = sentAt + ttl / 3;
+    this.extendAt = sentAt + ttl / 3;
     this.serverLease = ttl;
   }
 }

@@ -18,7 +18,7 @@ class RecordedLease implements ChainLease {
     await this.release();
   }
 
-  keepAlive(): void {
+  keepExtending(): void {
     this.keptAlive++;
   }
 }

@@ -9,7 +9,7 @@ export interface ChainLease {
   /** Gives the lease back; never throws (a failure is logged, the lease runs out on its own). */
   releaseQuietly(): Promise<void>;
   /** Renews the lease from now on, whatever it was taken with: holders outlive the one that took it. */
-  keepAlive?(): void;
+  keepExtending?(): void;
   /** What one holder sees of the lease: the same lease, whose `unlock()` / `release()` ends only its own share. */
   shareWith?(leave: () => Promise<boolean>): object;
 }
@@ -46,7 +46,7 @@ class SharedHold<L extends ChainLease> {
       left = true;
       if (--this.holders > 0) {
         // Holders outlive the one that took the lease (perhaps with autoExtend: false): keep it alive for them.
-        this.lease.keepAlive?.();
+        this.lease.keepExtending?.();
         return true;
       }
       if (!quietly) return this.lease.release();

@@ -96,7 +96,7 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
 
     // It counts on a pass until the holder's lease runs out, moved on by each renewal.
     expect(lines.expectsPassBy(LINE, 'head')).toBe(runsOutBy);
-    lines.renewed(LINE, 'holder', runsOutBy + 500);
+    lines.extended(LINE, 'holder', runsOutBy + 500);
     expect(lines.expectsPassBy(LINE, 'head')).toBe(runsOutBy + 500);
     expect(lines.successor(LINE, 'holder')).toMatchObject({ token: 'head', jump: true });
   });

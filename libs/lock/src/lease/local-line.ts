@@ -129,7 +129,7 @@ export class LocalLines {
   }
 
   /** The holder `token` of `line` renewed its lease: it runs out on the store by `runsOutBy` now. */
-  renewed(line: string, token: string, runsOutBy: number): void {
+  extended(line: string, token: string, runsOutBy: number): void {
     const state = this.lines.get(line);
     if (state?.holder === token) state.holderRunsOutBy = runsOutBy;
   }

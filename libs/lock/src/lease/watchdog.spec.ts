@@ -5,7 +5,7 @@ import { lockKind } from '../kinds/lock.kind.js';
 import { LockBackendError, type LockLostError } from '../lock.errors.js';
 import { DEFAULT_LEASE } from '../options/call-options.js';
 import { MemoryStore } from '../store/memory/memory.store.js';
-import type { Renewal } from '../store/store.js';
+import type { LeaseExtension } from '../store/store.js';
 import { LockTelemetry } from '../telemetry/telemetry.js';
 import { HeldLease, type KeepPolicy } from './held-lease.js';
 import { LeaseEngine } from './lease-engine.js';
@@ -13,13 +13,13 @@ import { Watchdog } from './watchdog.js';
 
 /** The memory store, with a record of the renewal round trips and a way to hold their answers back or fail them. */
 class WatchedStore extends MemoryStore {
-  readonly roundTrips: Renewal[][] = [];
+  readonly roundTrips: LeaseExtension[][] = [];
   /** When set, renewals wait for it before they are applied. */
   gate?: Promise<void>;
-  /** Renewal round trips to fail (as an unreachable Redis would) before the next succeeds. */
+  /** LeaseExtension round trips to fail (as an unreachable Redis would) before the next succeeds. */
   failures = 0;
 
-  override async extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]> {
+  override async extendAll(renewals: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
     this.roundTrips.push([...renewals]);
     await this.gate;
     if (this.failures > 0) {
@@ -47,7 +47,7 @@ describe('the watchdog’s decisions (memory store)', () => {
   it('renews a lease every third of its ttl, so that it outlives its ttl', async () => {
     const store = new WatchedStore();
     const engine = await engineOn(store);
-    const lease = await take(engine, 'renewed', 600, RENEWED);
+    const lease = await take(engine, 'extended', 600, RENEWED);
 
     await delay(900);
 

@@ -13,16 +13,16 @@ export interface WatchedLease {
   /** `performance.now()` after which the lease counts as lost unless renewed. */
   readonly deadline: number;
   /** When the watchdog should renew it next (with `autoExtend`, or while it `mustExtend`). */
-  renewAt: number;
+  extendAt: number;
   /** How long the lease the store holds now runs (the short handover lease until the first renewal). */
   readonly serverLease: number;
   /** An extension is on its way: the watchdog sends no second one, and its answer decides. */
-  readonly renewing: boolean;
+  readonly extending: boolean;
   /** Handed over for a short lease: renewed once, `autoExtend` or not. */
   readonly mustExtend: boolean;
   readonly policy: { readonly autoExtend: boolean; readonly reportLoss: boolean };
   /** An extension to `ttl` is sent now; `answered` applies its outcome (see `HeldLease.extensionSent`). */
-  extensionSent(ttl: number): { answered(outcome: 'renewed' | 'lost' | 'failed'): void };
+  extensionSent(ttl: number): { answered(outcome: 'extended' | 'lost' | 'failed'): void };
   lose(reason: LockLostError['reason']): void;
 }
 
@@ -137,12 +137,13 @@ export class Watchdog {
       // decides (within a command timeout): the server may have applied it long before the deadline,
       // and the timer merely fired before the socket was read. `validity` reads 0 meanwhile.
       if (now >= lease.deadline) {
-        if (!lease.renewing) lease.lose('expired');
+        if (!lease.extending) lease.lose('expired');
       }
       // Renewing a little early is harmless, and lets leases that fall due together share one round trip.
-      else if (renews(lease) && !lease.renewing && now >= lease.renewAt - lease.serverLease / 6) due.push(lease);
+      else if (keepsExtending(lease) && !lease.extending && now >= lease.extendAt - lease.serverLease / 6)
+        due.push(lease);
     }
-    if (due.length > 0) void this.renew(due);
+    if (due.length > 0) void this.extendDue(due);
     this.scheduleNext();
   }
 
@@ -152,12 +153,12 @@ export class Watchdog {
     if (next < Infinity) this.schedule(next);
   }
 
-  private async renew(leases: WatchedLease[]): Promise<void> {
-    const renewals = leases.map(({ kind, id, token, ttl }) => ({ kind, id, token, ttl }));
-    const sent = leases.map((lease, i) => lease.extensionSent(renewals[i].ttl));
+  private async extendDue(leases: WatchedLease[]): Promise<void> {
+    const extensions = leases.map(({ kind, id, token, ttl }) => ({ kind, id, token, ttl }));
+    const sent = leases.map((lease, i) => lease.extensionSent(extensions[i].ttl));
     let answers: (boolean | LockBackendError)[];
     try {
-      answers = await this.store.extendAll(renewals);
+      answers = await this.store.extendAll(extensions);
     } catch (error) {
       const failure = error instanceof LockBackendError ? error : new LockBackendError(errorMessage(error));
       answers = leases.map(() => failure);
@@ -165,11 +166,11 @@ export class Watchdog {
 
     leases.forEach((lease, i) => {
       const answer = answers[i];
-      if (answer === true) return sent[i].answered('renewed');
+      if (answer === true) return sent[i].answered('extended');
       if (answer === false || !answer.transient) return sent[i].answered('lost');
       // A failed renewal is tried again soon, until the lease's deadline says it is lost.
       // (by the lease the store holds now: a handed-over lease is short until its first renewal)
-      lease.renewAt = performance.now() + Math.max(lease.serverLease / 10, 5);
+      lease.extendAt = performance.now() + Math.max(lease.serverLease / 10, 5);
       sent[i].answered('failed');
     });
     this.scheduleNext();
@@ -182,12 +183,12 @@ export class Watchdog {
  * on every tick, until the answer came).
  */
 function nextEventOf(lease: WatchedLease): number {
-  if (lease.renewing) return Infinity;
-  return renews(lease) ? Math.min(lease.renewAt, lease.deadline) : lease.deadline;
+  if (lease.extending) return Infinity;
+  return keepsExtending(lease) ? Math.min(lease.extendAt, lease.deadline) : lease.deadline;
 }
 
 /** Renewed: with `autoExtend`, or once to extend a lease handed over for a short while. */
-function renews(lease: WatchedLease): boolean {
+function keepsExtending(lease: WatchedLease): boolean {
   return lease.policy.autoExtend || lease.mustExtend;
 }
 

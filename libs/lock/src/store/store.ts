@@ -38,9 +38,9 @@ export interface LockStore {
 
   /**
    * Renews many leases in one round trip (the watchdog's tick): for each, `true` if renewed,
-   * `false` if no longer held by its token, or the `LockBackendError` that renewal met.
+   * `false` if no longer held by its token, or the `LockBackendError` that extension met.
    */
-  extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]>;
+  extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]>;
 
   /**
    * Opens the turn of the waiter `token` for the lease `id` of `kind`: from now until `close()`, a
@@ -151,7 +151,7 @@ export interface Attempt {
 }
 
 /** One lease to renew: which, whose, for how long. */
-export interface Renewal {
+export interface LeaseExtension {
   kind: StoreKind;
   id: string;
   token: string;

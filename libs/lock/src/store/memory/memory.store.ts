@@ -1,6 +1,6 @@
 import { LockBackendError } from '../../lock.errors.js';
 import { LONGEST_DURATION } from '../../options/durations.js';
-import type { Attempt, Inspection, LockStore, Renewal, Turn } from '../store.js';
+import type { Attempt, Inspection, LockStore, LeaseExtension, Turn } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
 /** One holder of a lease. */
@@ -71,9 +71,9 @@ export class MemoryStore implements LockStore {
     return true;
   }
 
-  async extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]> {
+  async extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
     return Promise.all(
-      renewals.map(({ kind, id, token, ttl }) =>
+      extensions.map(({ kind, id, token, ttl }) =>
         this.extend(kind, id, token, ttl).catch((error: LockBackendError) => error),
       ),
     );

@@ -1,6 +1,6 @@
 import type { Cluster, Redis } from 'ioredis';
 import { LockBackendError } from '../../lock.errors.js';
-import type { Attempt, AttemptOptions, Inspection, LockStore, Renewal, Successor, Turn } from '../store.js';
+import type { Attempt, AttemptOptions, Inspection, LockStore, LeaseExtension, Successor, Turn } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 import { backendErrorOf, unansweredError } from './backend-messages.js';
 import { CommandDeadlines } from './command-deadlines.js';
@@ -110,27 +110,28 @@ export class RedisStore implements LockStore {
     return Number(await this.runScript(kind, 'extend', id, kind.redis.extend, [token, toMillis(ttl)])) === 1;
   }
 
-  async extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]> {
-    const extend = ({ kind, id, token, ttl }: Renewal) => this.extend(kind, id, token, ttl);
-    if (renewals.length === 1 || this.isCluster()) {
+  async extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
+    const extend = ({ kind, id, token, ttl }: LeaseExtension) => this.extend(kind, id, token, ttl);
+    if (extensions.length === 1 || this.isCluster()) {
       // A cluster pipeline must stay in one slot; there ioredis batches the separate commands itself.
-      return Promise.all(renewals.map((renewal) => extend(renewal).catch((error: LockBackendError) => error)));
+      return Promise.all(extensions.map((extension) => extend(extension).catch((error: LockBackendError) => error)));
     }
     const pipeline = this.client.pipeline();
-    for (const { kind, id, token, ttl } of renewals) {
+    for (const { kind, id, token, ttl } of extensions) {
       const script = this.compiled(kind.redis.extend);
       const { numberOfKeys } = kind.redis.extend;
       pipeline.evalsha(script.sha, numberOfKeys, ...this.keysOf(kind, id, numberOfKeys), token, toMillis(ttl));
     }
-    const first = renewals[0];
+    const first = extensions[0];
     const replies = await this.run(first.id, `renew the leases of "${first.id}" and others`, () => pipeline.exec());
     return Promise.all(
-      renewals.map(async (renewal, i) => {
+      extensions.map(async (extension, i) => {
         const [error, answer] = replies?.[i] ?? [new Error('no reply'), null];
         if (error === null) return Number(answer) === 1;
         // The script cache was lost (restart, failover, SCRIPT FLUSH): this one goes alone, by EVAL.
-        if (error.message.startsWith('NOSCRIPT')) return extend(renewal).catch((failure: LockBackendError) => failure);
-        return backendErrorOf(error, renewal.kind.purposes.extend(renewal.id), renewal.id);
+        if (error.message.startsWith('NOSCRIPT'))
+          return extend(extension).catch((failure: LockBackendError) => failure);
+        return backendErrorOf(error, extension.kind.purposes.extend(extension.id), extension.id);
       }),
     );
   }

@@ -16,7 +16,7 @@ import {
   redlockReleaseScript,
   redlockSeedScript,
 } from './redlock.scripts.js';
-import type { Attempt, Inspection, LockStore, Renewal, Successor, Turn, TurnWait } from '../store.js';
+import type { Attempt, Inspection, LockStore, LeaseExtension, Successor, Turn, TurnWait } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
 export interface RedlockStoreOptions {
@@ -237,9 +237,9 @@ export class RedlockStore implements LockStore {
     return true;
   }
 
-  async extendAll(renewals: readonly Renewal[]): Promise<(boolean | LockBackendError)[]> {
+  async extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
     return Promise.all(
-      renewals.map(({ kind, id, token, ttl }) =>
+      extensions.map(({ kind, id, token, ttl }) =>
         this.extend(kind, id, token, ttl).catch((error: unknown) =>
           error instanceof LockBackendError ? error : backendErrorOf(error, kind.purposes.extend(id), id),
         ),
