@@ -36,6 +36,7 @@ const { values: flags } = parseArgs({
     out: { type: 'string' },
     pin: { type: 'string', default: 'same' },
     lib: { type: 'string' },
+    baseline: { type: 'string' },
     soak: { type: 'boolean', default: false },
     'soak-cycles': { type: 'string' },
     'soak-waits': { type: 'string' },
@@ -50,6 +51,9 @@ if (flags.help) {
 }
 const library = snapshotLibrary(root, flags.lib);
 process.once('exit', library.remove);
+// Another build of nest-lock measured beside this one, in the same run (rows "… (baseline build)").
+const baseline = flags.baseline ? snapshotLibrary(root, flags.baseline) : undefined;
+if (baseline) process.once('exit', baseline.remove);
 try {
   if (flags.soak) {
     const { runSoak } = await import('./soak.mjs');
@@ -62,6 +66,7 @@ try {
   }
 } finally {
   library.remove();
+  baseline?.remove();
 }
 
 async function runBench() {
@@ -93,7 +98,7 @@ async function runBench() {
         const variants = rotate(variantsFor(id, chosen), rep - 1);
         if (contended(id)) {
           for (const variant of variants)
-            record(variant, await runSections({ target, library, workload: workloads[id], variant, rep }));
+            record(variant, await runSections({ target, library, baseline, workload: workloads[id], variant, rep }));
           continue;
         }
         // W1 / W2: every library in one process, in turns; redis-benchmark before or after them.
@@ -104,6 +109,7 @@ async function runBench() {
           const results = await runSlicedPairs({
             target,
             library,
+            baseline,
             workload: workloads[id],
             variants: sliced,
             rep,
@@ -148,6 +154,7 @@ async function runBench() {
     redis: server.version,
     commit: flags.lib ? 'an unknown commit (--lib)' : gitCommit(),
     library: { source: library.source, digest: library.digest },
+    ...(baseline ? { baseline: { source: baseline.source, digest: baseline.digest } } : {}),
     libraries: libraryVersions(),
     reps,
     quick: flags.quick,
@@ -181,6 +188,7 @@ async function runBench() {
     await writeFormatted(readme, headline({ meta, rows, checks }, readFileSync(readme, 'utf8')));
   }
   console.log(consoleSummary(checks));
+  if (baseline) console.log(baselineSummary(rows));
   console.log(
     `\nwrote bench/results/${out}.md, ${out}.json${panels.length ? `, ${chartFile}` : ''} in ${meta.minutes} min`,
   );
@@ -212,8 +220,26 @@ function cpuPlacement(pin) {
 
 function variantsFor(id, chosen) {
   return [...VARIANTS, REDIS_BENCHMARK].filter(
-    (variant) => variant.workloads.includes(id) && (!chosen || chosen.includes(variant.id)),
+    (variant) =>
+      variant.workloads.includes(id) &&
+      (!chosen || chosen.includes(variant.id)) &&
+      (!variant.baseline || flags.baseline !== undefined),
   );
+}
+
+/** Each nest-lock row against the same row on the baseline build: its throughput ratio, per workload. */
+function baselineSummary(rows) {
+  const lines = ['\nagainst the baseline build (throughput, this build ÷ baseline; medians):'];
+  for (const row of rows.filter((candidate) => candidate.role === 'subject')) {
+    const base = rows.find((other) => other.workload === row.workload && other.variant === `${row.variant}-baseline`);
+    const mine = row.summary.rate?.median;
+    const theirs = base?.summary.rate?.median;
+    if (mine === undefined || theirs === undefined) continue;
+    lines.push(
+      `  ${row.workload} ${row.label.padEnd(28)} ${(mine / theirs).toFixed(3)}× (${Math.round(mine)} vs ${Math.round(theirs)})`,
+    );
+  }
+  return lines.join('\n');
 }
 
 /** The floor: one client, PING after PING, as fast as the server answers; a pair needs two. */

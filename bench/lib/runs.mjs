@@ -11,13 +11,14 @@ import { ACQUIRE_TIMEOUT } from './variants.mjs';
 const workerScript = join(dirname(fileURLToPath(import.meta.url)), '..', 'worker.mjs');
 
 /** W1 / W2: one process measures every variant in turns (see worker.mjs); its results by variant. */
-export async function runSlicedPairs({ target, library, workload, variants, rep, cpus }) {
+export async function runSlicedPairs({ target, library, baseline, workload, variants, rep, cpus }) {
   const key = `bench:${rep}:${workload.id}`;
   const config = {
     variants: variants.map((variant) => variant.id),
     workload: workload.id,
     url: target.spec.url,
     library: library.dir,
+    baseline: baseline?.dir,
     key,
     keys: workload.keys,
     slices: workload.slices,
@@ -49,7 +50,7 @@ export async function runSlicedPairs({ target, library, workload, variants, rep,
  * W3 / W4: starts the processes of one run on `target` (lib/topologies.mjs), gives them one
  * schedule, measures what they recorded.
  */
-export async function runSections({ target, library, workload, variant, rep }) {
+export async function runSections({ target, library, baseline, workload, variant, rep }) {
   const key = `bench:${rep}:${workload.id}:${variant.id}`;
   const children = Array.from({ length: workload.processes }, (_, index) => {
     const config = {
@@ -57,6 +58,7 @@ export async function runSections({ target, library, workload, variant, rep }) {
       workload: workload.id,
       target: target.spec,
       library: library.dir,
+      baseline: baseline?.dir,
       key,
       process: index,
       workers: workload.workers,

@@ -20,7 +20,8 @@ export const LEASE = 10_000;
 
 /**
  * - `role`: `subject` (nest-lock: what the acceptance points judge), `anchor` (what it is judged
- *   against: the best anchor of the same run) or `floor` (the cost of the round trips alone);
+ *   against: the best anchor of the same run), `floor` (the cost of the round trips alone) or
+ *   `baseline` (nest-lock built from `--baseline DIR`, rows measured only with that flag);
  * - `primary`: the subject row the acceptance points are checked on;
  * - `options`: per-call options (nest-lock) or constructor settings (the others);
  * - `topologies`: where else than one Redis it runs in `--topology` (see lib/topologies.mjs).
@@ -44,6 +45,26 @@ export const VARIANTS = [
     options: { fair: false },
     workloads: ['W3', 'W4'],
     topologies: ['cluster'],
+  },
+  // Measured only with `--baseline DIR`: the same two rows on another build of nest-lock (the one
+  // before a change), in the same run, so that a change is judged against what it changed.
+  {
+    id: 'nest-lock-baseline',
+    label: 'nest-lock (baseline build)',
+    kind: 'nest-lock',
+    role: 'baseline',
+    baseline: true,
+    options: {},
+    workloads: ALL,
+  },
+  {
+    id: 'nest-lock-unfair-baseline',
+    label: 'nest-lock (fair: false, baseline build)',
+    kind: 'nest-lock',
+    role: 'baseline',
+    baseline: true,
+    options: { fair: false },
+    workloads: ['W3', 'W4'],
   },
   {
     id: 'redis-semaphore',
@@ -116,14 +137,14 @@ export function variantById(id) {
  * - `withPermit(name, limit, fn)`: runs `fn` holding a permit of semaphore `name`;
  * - `close()`.
  */
-export async function open(variant, target, { library } = {}) {
+export async function open(variant, target, { library, baseline } = {}) {
   const spec = typeof target === 'string' ? { kind: 'single', url: target } : target;
   if (spec.kind !== 'single' && !variant.topologies?.includes(spec.kind)) {
     throw new Error(`${variant.label} does not run on ${spec.kind}`);
   }
   switch (variant.kind) {
     case 'nest-lock':
-      return openNestLock(variant, spec, library);
+      return openNestLock(variant, spec, variant.baseline ? baseline : library);
     case 'redis-semaphore':
       return openRedisSemaphore(variant, spec);
     case 'redlock':
