@@ -71,13 +71,22 @@ export function validateCallOptions(
   options: unknown,
   extraNames: readonly string[] = [],
 ): void {
+  validateOptionsBesideDurations(kind, options, extraNames);
+  resolveLease(DEFAULT_LEASE, options as LeaseOptions);
+}
+
+/** Everything but the durations: an object of known names, a signal, a token, booleans. */
+function validateOptionsBesideDurations(
+  kind: keyof typeof OPTION_NAMES,
+  options: unknown,
+  extraNames: readonly string[] = [],
+): void {
   if (!isPlainObject(options)) {
     throw new InvalidArgumentError('options', 'must be an object');
   }
   const known = extraNames.length === 0 ? OPTION_NAMES[kind] : new Set([...OPTION_NAMES[kind], ...extraNames]);
   rejectUnknownNames('', options as object, known);
   const { signal, token, autoExtend, fair } = options as LockOptions;
-  resolveLease(DEFAULT_LEASE, options as LeaseOptions);
   validateSignal(signal);
   if (token !== undefined) validateKey('token', token);
   validateBoolean(autoExtend, 'autoExtend');
@@ -112,11 +121,13 @@ export function resolveAcquirePolicy(
   options: LockOptions,
   margin: (ttl: number) => number,
 ): AcquirePolicy {
-  validateCallOptions(call, options);
-  const lease = resolveLease(defaults, options);
-  validateLeaseTtl(lease.ttl, margin, options.ttl === undefined ? 'defaults.ttl' : 'ttl');
-  const { fair = defaults.fair, token, signal } = options;
-  return { ...lease, fair, ...(token === undefined ? {} : { token }), ...(signal === undefined ? {} : { signal }) };
+  validateOptionsBesideDurations(call, options);
+  const policy: AcquirePolicy = resolveLease(defaults, options) as AcquirePolicy;
+  validateLeaseTtl(policy.ttl, margin, options.ttl === undefined ? 'defaults.ttl' : 'ttl');
+  policy.fair = options.fair ?? defaults.fair;
+  if (options.token !== undefined) policy.token = options.token;
+  if (options.signal !== undefined) policy.signal = options.signal;
+  return policy;
 }
 
 /** Merges per-call options over the module defaults, validating what the caller passed. */

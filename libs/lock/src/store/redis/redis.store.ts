@@ -248,22 +248,29 @@ export class RedisStore implements LockStore {
   ): Promise<unknown> {
     const { sha, source } = this.compiled(script);
     const keys = this.keysOf(kind, id, script.numberOfKeys);
-    return this.run(id, kind.purposes[operation](id), (timedOut) =>
-      this.client.evalsha(sha, script.numberOfKeys, ...keys, ...args).catch((error: unknown) => {
-        // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
-        // unless the caller already gave up on this command: resent that late, it would come after the
-        // caller's next commands (a release sent again after a new lock with the same token).
-        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
-        return this.client.eval(source, script.numberOfKeys, ...keys, ...args);
-      }),
+    return this.run(
+      id,
+      () => kind.purposes[operation](id),
+      (timedOut) =>
+        this.client.evalsha(sha, script.numberOfKeys, ...keys, ...args).catch((error: unknown) => {
+          // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
+          // unless the caller already gave up on this command: resent that late, it would come after the
+          // caller's next commands (a release sent again after a new lock with the same token).
+          if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
+          return this.client.eval(source, script.numberOfKeys, ...keys, ...args);
+        }),
     );
   }
 
   /**
    * Runs one store operation: a closed store, a timeout and every client error become
-   * `LockBackendError`, saying what could not be done (`purpose`).
+   * `LockBackendError`, saying what could not be done (`purpose`, a phrase made only for an error).
    */
-  private async run<T>(id: string, purpose: string, command: (timedOut: () => boolean) => Promise<T>): Promise<T> {
+  private async run<T>(
+    id: string,
+    purpose: string | (() => string),
+    command: (timedOut: () => boolean) => Promise<T>,
+  ): Promise<T> {
     if (this.closed) throw new LockBackendError('The Redis lock store is closed', id, { retryable: false });
     this.shareWrite();
     const deadline = performance.now() + this.options.commandTimeout;
@@ -274,7 +281,7 @@ export class RedisStore implements LockStore {
         id,
       );
     } catch (error) {
-      throw backendErrorOf(error, purpose, id);
+      throw backendErrorOf(error, phrase(purpose), id);
     }
   }
 
@@ -295,7 +302,11 @@ export class RedisStore implements LockStore {
     });
   }
 
-  private withTimeout<T>(command: Promise<T>, purpose: string, id: string): Promise<T> {
-    return this.deadlines.bound(command, () => unansweredError(purpose, id, this.options.commandTimeout));
+  private withTimeout<T>(command: Promise<T>, purpose: string | (() => string), id: string): Promise<T> {
+    return this.deadlines.bound(command, () => unansweredError(phrase(purpose), id, this.options.commandTimeout));
   }
+}
+
+function phrase(purpose: string | (() => string)): string {
+  return typeof purpose === 'string' ? purpose : purpose();
 }
