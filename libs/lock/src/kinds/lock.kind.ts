@@ -45,6 +45,7 @@ export const lockKind: LeaseKind<undefined> = {
     readInspection,
     forceRelease: forceReleaseLockScript,
   },
+  redlock: 'token-lease',
 };
 
 /** `inspectLockScript`'s reply: {PTTL (-2: free; -1: no expiry, which nest-lock never writes), the counter or ''}. */

@@ -45,5 +45,5 @@ export const semaphoreKind: LeaseKind<number> = {
     inspect: listPermitsScript,
     readInspection: (reply) => ({ ttls: (reply as (number | string)[]).map(Number) }),
   },
-  redlockRefusal: NO_SEMAPHORES_ON_REDLOCK,
+  redlock: { refusal: NO_SEMAPHORES_ON_REDLOCK },
 };

@@ -21,8 +21,11 @@ export interface StoreKind<Request = unknown> {
   /** On Redis: its keys and scripts. */
   readonly redis: RedisLayout<Request>;
   /**
-   * Why it cannot live on Redlock's independent masters, for the `InvalidArgumentError` its calls
-   * reject with there; absent for a lease one owner holds at a time, which Redlock's quorum can hold.
+   * How it lives on Redlock's independent masters: `'token-lease'` — one owner's token per key, with
+   * the lease as its expiry, the one lease Redlock's quorum protocol holds (a lock: the Redlock store
+   * writes it with its own scripts, not the kind's); or why it cannot, for the `InvalidArgumentError`
+   * its calls reject with there. Every kind says which: a lease with more state than its owner's token
+   * would silently lose it there.
    */
-  readonly redlockRefusal?: string;
+  readonly redlock: 'token-lease' | { readonly refusal: string };
 }

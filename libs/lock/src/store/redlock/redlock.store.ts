@@ -54,8 +54,8 @@ type NodeResult<T> = { ok: true; value: T } | { ok: false; error: LockBackendErr
  *   empty, a FLUSHALL) is young for `quarantine` ms: it neither grants nor counts for a renewal, since
  *   the leases it forgot may still be valid (the Redlock paper's delayed restart, done by the client).
  * - No fair line and no wake-ups: waiters poll with the backoff step; `fair` is ignored.
- * - Leases one owner holds at a time (a lock) only: a kind that says why it cannot live here
- *   (`redlockRefusal`: a semaphore) is refused with `InvalidArgumentError` on every call.
+ * - Token leases only (a lock: `StoreKind.redlock`): any other kind (a semaphore) is refused with
+ *   `InvalidArgumentError` on every call, with the kind's own reason.
  *
  * Key layout per node: as `RedisStore`'s (`<prefix><namespace>{<id>}` and its `:fence`), plus the
  * node's birth marker `<prefix>redlock:born`.
@@ -335,9 +335,9 @@ export class RedlockStore implements LockStore {
     return [lease, `${lease}:fence`, this.markerKey];
   }
 
-  /** A kind Redlock cannot hold is refused on every call: its `redlockRefusal` says why. */
+  /** A kind that is no token lease is refused on every call: the kind says why. */
   private checkKind(kind: StoreKind): void {
-    if (kind.redlockRefusal !== undefined) throw new InvalidArgumentError('redlock', kind.redlockRefusal);
+    if (kind.redlock !== 'token-lease') throw new InvalidArgumentError('redlock', kind.redlock.refusal);
   }
 
   /** Milliseconds of a lease of `ttl` sent at `start` the caller may still count on. */
