@@ -1,8 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { Injectable } from '@nestjs/common';
-import { Test, type TestingModule } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import { LockBackendError, LockModule, LockService, SemaphoreService, WithLock } from 'nest-lock';
+import { type Lock, LockBackendError, WithLock } from 'nest-lock';
 import { once } from 'node:events';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -10,8 +9,8 @@ import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 // A value import, so that `design:returntype` names Observable and the lock is taken on subscription.
 import { interval, map, Observable } from 'rxjs';
-import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
-import { freePort, RedisServer } from './support/redis-server.js';
+import { bootLockModule, closeLockApp, uniqueKey, useLockApp, useLockApps } from './support/lock-app.js';
+import { freePort, RedisServer, useRedisClient } from './support/redis-server.js';
 
 /** Short, so that a frozen server makes attempts time out (and be retried) quickly. */
 const COMMAND_TIMEOUT = 200;
@@ -45,34 +44,17 @@ async function freedWithin(isHeld: () => Promise<boolean>, ms: number): Promise<
  * them on the same connection can give the key back.
  */
 describe('a wait that ends after an attempt whose reply was lost', () => {
-  let server: RedisServer;
-  let module: TestingModule;
-  let locks: LockService;
-  let semaphores: SemaphoreService;
-
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    module = await Test.createTestingModule({
-      imports: [LockModule.forRoot({ redis: server.url, commandTimeout: COMMAND_TIMEOUT })],
-      providers: [PriceFeed],
-    }).compile();
-    await module.init();
-    locks = module.get(LockService);
-    semaphores = module.get(SemaphoreService);
-  });
-  afterAll(async () => {
-    server.resume();
-    await module.close();
-    await server.stop();
-  });
+  const app = useLockApp('redis', { commandTimeout: COMMAND_TIMEOUT }, [PriceFeed]);
+  const locks = () => app().locks;
+  const semaphores = () => app().semaphores;
 
   /** Freezes Redis, runs `during` (which starts a wait and ends it), then thaws Redis. */
   async function withRedisFrozen(during: () => Promise<void>): Promise<void> {
-    server.pause();
+    app().server!.pause();
     try {
       await during();
     } finally {
-      server.resume();
+      app().server!.resume();
     }
   }
 
@@ -82,7 +64,7 @@ describe('a wait that ends after an attempt whose reply was lost', () => {
     const reason = new Error('the client went away');
 
     await withRedisFrozen(async () => {
-      const waiting = locks.lock(key, { timeout: 10_000, ttl: 30_000, signal: controller.signal });
+      const waiting = locks().lock(key, { timeout: 10_000, ttl: 30_000, signal: controller.signal });
       // Several attempts have timed out by now; the deadline is far away.
       await delay(3 * COMMAND_TIMEOUT + 100);
       controller.abort(reason);
@@ -90,9 +72,9 @@ describe('a wait that ends after an attempt whose reply was lost', () => {
     });
 
     // Sent on the same connection after the late attempts, so the server has applied them when it answers.
-    await locks.isLocked(key);
-    expect(await freedWithin(() => locks.isLocked(key), 1_000)).toBe(true);
-    const next = await locks.lock(key, { timeout: 0 });
+    await locks().isLocked(key);
+    expect(await freedWithin(() => locks().isLocked(key), 1_000)).toBe(true);
+    const next = await locks().lock(key, { timeout: 0 });
     expect(await next.unlock()).toBe(true);
   });
 
@@ -101,21 +83,21 @@ describe('a wait that ends after an attempt whose reply was lost', () => {
     const controller = new AbortController();
 
     await withRedisFrozen(async () => {
-      const waiting = semaphores.acquire(name, 1, { timeout: 10_000, ttl: 30_000, signal: controller.signal });
+      const waiting = semaphores().acquire(name, 1, { timeout: 10_000, ttl: 30_000, signal: controller.signal });
       await delay(3 * COMMAND_TIMEOUT + 100);
       controller.abort(new Error('the client went away'));
       await expect(waiting).rejects.toThrow('the client went away');
     });
 
-    await semaphores.count(name);
-    expect(await freedWithin(async () => (await semaphores.count(name)) > 0, 1_000)).toBe(true);
-    const next = await semaphores.acquire(name, 1, { timeout: 0 });
+    await semaphores().count(name);
+    expect(await freedWithin(async () => (await semaphores().count(name)) > 0, 1_000)).toBe(true);
+    const next = await semaphores().acquire(name, 1, { timeout: 0 });
     expect(await next.release()).toBe(true);
   });
 
   it('leaves no lock behind when an Observable of a @WithLock method is unsubscribed while it waits', async () => {
     const sku = uniqueKey('sku');
-    const feed = module.get(PriceFeed);
+    const feed = app().module.get(PriceFeed);
 
     await withRedisFrozen(async () => {
       const subscription = feed.prices(sku).subscribe({ error: () => undefined });
@@ -125,9 +107,9 @@ describe('a wait that ends after an attempt whose reply was lost', () => {
       await delay(2 * COMMAND_TIMEOUT + 100);
     });
 
-    await locks.isLocked(`feed:${sku}`);
-    expect(await freedWithin(() => locks.isLocked(`feed:${sku}`), 1_000)).toBe(true);
-    const next = await locks.lock(`feed:${sku}`, { timeout: 0 });
+    await locks().isLocked(`feed:${sku}`);
+    expect(await freedWithin(() => locks().isLocked(`feed:${sku}`), 1_000)).toBe(true);
+    const next = await locks().lock(`feed:${sku}`, { timeout: 0 });
     expect(await next.unlock()).toBe(true);
   });
 
@@ -135,12 +117,14 @@ describe('a wait that ends after an attempt whose reply was lost', () => {
     const key = uniqueKey();
 
     await withRedisFrozen(async () => {
-      const error = await locks.lock(key, { timeout: 3 * COMMAND_TIMEOUT, ttl: 30_000 }).catch((e: unknown) => e);
+      const error = await locks()
+        .lock(key, { timeout: 3 * COMMAND_TIMEOUT, ttl: 30_000 })
+        .catch((e: unknown) => e);
       expect(error).toBeInstanceOf(LockBackendError);
     });
 
-    await locks.isLocked(key);
-    expect(await freedWithin(() => locks.isLocked(key), 1_000)).toBe(true);
+    await locks().isLocked(key);
+    expect(await freedWithin(() => locks().isLocked(key), 1_000)).toBe(true);
   });
 });
 
@@ -149,71 +133,71 @@ describe('a wait that ends after an attempt whose reply was lost', () => {
  * server's message; transient ones are retried until the deadline like an outage (issue 7, defect 4).
  */
 describe('reply errors from Redis', () => {
-  let server: RedisServer;
-  let app: LockApp;
-  let redis: Redis;
-
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    app = await bootLockModule({ redis: server.url, commandTimeout: COMMAND_TIMEOUT });
-    redis = new Redis(server.url);
-  });
-  afterAll(async () => {
-    redis.disconnect();
-    await closeLockApp(app);
-    await server.stop();
-  });
+  const app = useLockApp('redis', { commandTimeout: COMMAND_TIMEOUT });
+  const server = () => app().server!;
+  /** A plain client beside the library, to put values of other types at its keys. */
+  const redis = useRedisClient(server);
 
   describe('that retrying cannot fix', () => {
     it('rejects lock() at once with BACKEND_ERROR when a hash sits at the lock key', async () => {
       const key = uniqueKey('order');
-      await redis.hset(`lock:{${key}}`, 'owner', 'someone else');
+      await redis().hset(`lock:{${key}}`, 'owner', 'someone else');
       const started = performance.now();
 
-      const error = await app.locks.lock(key, { timeout: 5_000 }).catch((e: unknown) => e);
+      const error = await app()
+        .locks.lock(key, { timeout: 5_000 })
+        .catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(LockBackendError);
       expect(error).toMatchObject({ code: 'BACKEND_ERROR', key });
       expect((error as Error).message).toContain(key);
       expect((error as Error).message).toContain('WRONGTYPE');
       expect(performance.now() - started).toBeLessThan(2_500);
-      expect(await redis.hget(`lock:{${key}}`, 'owner')).toBe('someone else');
+      expect(await redis().hget(`lock:{${key}}`, 'owner')).toBe('someone else');
     });
 
     it('rejects acquire() at once with BACKEND_ERROR when a string sits at the semaphore key', async () => {
       const name = uniqueKey('reports');
-      await redis.set(`lock:sem:{${name}}`, 'not a sorted set');
+      await redis().set(`lock:sem:{${name}}`, 'not a sorted set');
       const started = performance.now();
 
-      const error = await app.semaphores.acquire(name, 2, { timeout: 5_000 }).catch((e: unknown) => e);
+      const error = await app()
+        .semaphores.acquire(name, 2, { timeout: 5_000 })
+        .catch((e: unknown) => e);
 
       expect(error).toBeInstanceOf(LockBackendError);
       expect(error).toMatchObject({ code: 'BACKEND_ERROR', key: name });
       expect((error as Error).message).toContain(name);
       expect((error as Error).message).toContain('WRONGTYPE');
       expect(performance.now() - started).toBeLessThan(2_500);
-      expect(await redis.get(`lock:sem:{${name}}`)).toBe('not a sorted set');
+      expect(await redis().get(`lock:sem:{${name}}`)).toBe('not a sorted set');
     });
 
     it('reports the same error with BACKEND_ERROR from single commands (unlock, expire, count)', async () => {
       const key = uniqueKey('order');
       const name = uniqueKey('reports');
-      await redis.hset(`lock:{${key}}`, 'owner', 'someone else');
-      await redis.set(`lock:sem:{${name}}`, 'not a sorted set');
+      await redis().hset(`lock:{${key}}`, 'owner', 'someone else');
+      await redis().set(`lock:sem:{${name}}`, 'not a sorted set');
 
       const codes = {
-        unlock: await app.locks.unlock(key, 'token').catch((e: { code?: string }) => e.code),
-        expire: await app.locks.expire(key, 'token', 1_000).catch((e: { code?: string }) => e.code),
-        count: await app.semaphores.count(name).catch((e: { code?: string }) => e.code),
+        unlock: await app()
+          .locks.unlock(key, 'token')
+          .catch((e: { code?: string }) => e.code),
+        expire: await app()
+          .locks.expire(key, 'token', 1_000)
+          .catch((e: { code?: string }) => e.code),
+        count: await app()
+          .semaphores.count(name)
+          .catch((e: { code?: string }) => e.code),
       };
 
       expect(codes).toEqual({ unlock: 'BACKEND_ERROR', expire: 'BACKEND_ERROR', count: 'BACKEND_ERROR' });
     });
 
     it('rejects at once with BACKEND_ERROR when the ACL user may not touch the lock key (NOPERM)', async () => {
-      await redis.acl('SETUSER', 'orders-only', 'on', '>secret', '~order:*', '&*', '+@all');
+      await redis().acl('SETUSER', 'orders-only', 'on', '>secret', '~order:*', '&*', '+@all');
       const limited = await bootLockModule({
-        redis: `redis://orders-only:secret@127.0.0.1:${server.port}`,
+        redis: `redis://orders-only:secret@127.0.0.1:${server().port}`,
         commandTimeout: COMMAND_TIMEOUT,
       });
       try {
@@ -234,9 +218,9 @@ describe('reply errors from Redis', () => {
   describe('that are transient', () => {
     it('retries through BUSY (a slow script) and takes the lock once the server answers again', async () => {
       const key = uniqueKey('order');
-      await redis.config('SET', 'busy-reply-threshold', '100');
-      const runner = new Redis(server.url);
-      const killer = new Redis(server.url);
+      await redis().config('SET', 'busy-reply-threshold', '100');
+      const runner = new Redis(server().url);
+      const killer = new Redis(server().url);
       // Connected before the server turns busy: a connection whose ready check meets BUSY is not usable.
       await Promise.all([once(runner, 'ready'), once(killer, 'ready')]);
       try {
@@ -245,7 +229,7 @@ describe('reply errors from Redis', () => {
         // Proof that the server is answering BUSY now, not just slowly.
         expect(String(await killer.set('probe', '1').catch((e: unknown) => e))).toContain('BUSY');
 
-        const waiting = app.locks.lock(key, { timeout: 5_000 });
+        const waiting = app().locks.lock(key, { timeout: 5_000 });
         await delay(500);
         await killer.script('KILL');
         await slowScript;
@@ -262,26 +246,32 @@ describe('reply errors from Redis', () => {
         }
         runner.disconnect();
         killer.disconnect();
-        await redis.config('SET', 'busy-reply-threshold', '5000');
+        await redis().config('SET', 'busy-reply-threshold', '5000');
       }
     });
 
     it('retries through READONLY (the server became a replica) and takes the lock once it is a master again', async () => {
       const key = uniqueKey('order');
       // A master that nothing listens for: the server stays a read-only replica, its data kept.
-      await redis.replicaof('127.0.0.1', String(await freePort()));
+      await redis().replicaof('127.0.0.1', String(await freePort()));
       try {
-        expect(String(await redis.set('probe', '1').catch((e: unknown) => e))).toContain('READONLY');
+        expect(
+          String(
+            await redis()
+              .set('probe', '1')
+              .catch((e: unknown) => e),
+          ),
+        ).toContain('READONLY');
 
-        const waiting = app.locks.lock(key, { timeout: 5_000 });
+        const waiting = app().locks.lock(key, { timeout: 5_000 });
         await delay(500);
-        await redis.replicaof('NO', 'ONE');
+        await redis().replicaof('NO', 'ONE');
 
         const lock = await waiting;
         expect(lock.elapsed).toBeGreaterThan(0);
         expect(await lock.unlock()).toBe(true);
       } finally {
-        await redis.replicaof('NO', 'ONE');
+        await redis().replicaof('NO', 'ONE');
       }
     });
 
@@ -344,5 +334,73 @@ describe('a release that fails while Redis is away', () => {
       await server.stop();
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+/*
+ * Found by an outside review: the background retry of a release that failed during a freeze must not
+ * delete a lock taken since with the same (caller's) token.
+ */
+describe('a custom token reused for a new lock() right after an unlock() that failed during a freeze', () => {
+  const apps = useLockApps('redis', 2, { commandTimeout: 150 });
+  const frozen = () => apps()[0].server!;
+  /** A plain client beside the library, to empty the script cache. */
+  const admin = useRedisClient(frozen);
+
+  /**
+   * Locks with a token of the caller's, freezes Redis, unlocks (which fails), and `lockAfterMs` later locks
+   * again with the same token; Redis resumes 250 ms after that. Then another application tries the key
+   * every 100 ms for 2.5 s: the old release is retried for up to its lease (10 s), backing off up to 1 s.
+   * Each intrusion is the validity (ms) the new lock still claimed while the other application held its key.
+   */
+  async function reuseTokenAfterAFailedUnlock(lockAfterMs: number) {
+    const [owner, other] = apps();
+    const key = uniqueKey('job');
+    const token = uniqueKey('worker');
+    const first = await owner.locks.lock(key, { token, ttl: 10_000 });
+    let again: Lock;
+    frozen().pause();
+    try {
+      const unlocked = await first.unlock().then(String, (error: { code?: string }) => error.code);
+      expect(unlocked).toBe('BACKEND_UNAVAILABLE');
+      await delay(lockAfterMs);
+      const resumed = delay(250).then(() => frozen().resume());
+      again = await owner.locks.lock(key, { token, ttl: 10_000, timeout: 5_000 });
+      await resumed;
+    } finally {
+      frozen().resume();
+    }
+
+    const intrusions: number[] = [];
+    for (let i = 0; i < 25; i++) {
+      await delay(100);
+      const intruder = await other.locks.tryLock(key);
+      if (intruder === null) continue;
+      if (again.validity > 0) intrusions.push(Math.round(again.validity));
+      await intruder.unlock();
+    }
+    const validityLeft = again.validity > 0;
+    await again.unlock();
+    return { intrusions: intrusions.length, firstIntrusionAtValidity: intrusions[0], validityLeft };
+  }
+
+  const NO_INTRUSION = { intrusions: 0, firstIntrusionAtValidity: undefined, validityLeft: true };
+  const warmScripts = async () => (await apps()[0].locks.lock(uniqueKey('warm'))).unlock();
+
+  it('scripts cached, lock() at once: the background retry of the old release does not delete the new lock', async () => {
+    await warmScripts();
+    expect(await reuseTokenAfterAFailedUnlock(0)).toEqual(NO_INTRUSION);
+  });
+
+  it('scripts cached, lock() 100 ms later, while a retry of the old release is in flight: it does not delete the new lock', async () => {
+    await warmScripts();
+    expect(await reuseTokenAfterAFailedUnlock(100)).toEqual(NO_INTRUSION);
+  });
+
+  it("release script not cached yet (as in the review's repro): the old release does not delete the new lock", async () => {
+    // An empty script cache (a fresh server, a restart, SCRIPT FLUSH): the release goes out as EVALSHA, is
+    // answered NOSCRIPT only once Redis resumes, and would be sent again as EVAL after the new lock was taken.
+    await admin().script('FLUSH');
+    expect(await reuseTokenAfterAFailedUnlock(0)).toEqual(NO_INTRUSION);
   });
 });

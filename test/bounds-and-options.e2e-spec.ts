@@ -1,26 +1,19 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Test } from '@nestjs/testing';
-import { Redis } from 'ioredis';
-import {
-  InvalidArgumentError,
-  type LockModuleOptions,
-  LockModule,
-  LockTimeoutError,
-  Semaphore,
-  WithLock,
-} from 'nest-lock';
+import { InvalidArgumentError, LockTimeoutError, Semaphore, WithLock } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { deferred } from './support/deferred.js';
 import {
   bootLockModule,
+  bootstrapError,
   closeLockApp,
-  createLockApp,
   type LockApp,
   STORE_KINDS,
   uniqueKey,
   useLockApp,
 } from './support/lock-app.js';
-import { RedisServer } from './support/redis-server.js';
+import { errorOf, outcomeOf, thrownBy } from './support/outcomes.js';
+import { RedisServer, useRedisClient, useRedisServer } from './support/redis-server.js';
+import { eventually } from './support/timing.js';
 
 /** The longest duration a Node timer can wait; every duration above it is refused (issue 7, defect 2). */
 const LONGEST_DURATION = 2_147_483_647;
@@ -81,35 +74,6 @@ const CALLS_WITH_STRINGS: [string, (app: LockApp, text: string) => Promise<unkno
   ['unlock token', (app, token) => app.locks.unlock(uniqueKey(), token)],
   ['expire token', (app, token) => app.locks.expire(uniqueKey(), token, 1_000)],
 ];
-
-/** What a call came to: `'granted'` when it resolved, else the `code` of its error (e.g. `INVALID_ARGUMENT`). */
-async function outcomeOf(call: Promise<unknown>): Promise<string> {
-  return call.then(
-    () => 'granted',
-    (error: unknown) => (error as { code?: string }).code ?? String(error),
-  );
-}
-
-/** What defining the class threw, if anything. */
-function thrownByDefining(define: () => unknown): unknown {
-  try {
-    define();
-    return undefined;
-  } catch (error) {
-    return error;
-  }
-}
-
-/** What bootstrapping a module with `options` failed with; a module that boots is closed again. */
-async function bootstrapError(options: LockModuleOptions): Promise<unknown> {
-  try {
-    const module = await Test.createTestingModule({ imports: [LockModule.forRoot(options)] }).compile();
-    await module.close();
-    return undefined;
-  } catch (error) {
-    return error;
-  }
-}
 
 /** Decorated static methods: the default @Semaphore name must be the class's own (issue 7, defect 8). */
 class NightlyReport {
@@ -379,31 +343,27 @@ describe('a ttl above the bound, with Redis stopped', () => {
 });
 
 describe('a ttl above the bound, on Redis', () => {
-  let app: LockApp;
-  let redis: Redis;
-
-  beforeAll(async () => {
-    app = await createLockApp('redis');
-    redis = new Redis(app.server!.url);
-  });
-  afterAll(async () => {
-    redis.disconnect();
-    await closeLockApp(app);
-  });
+  const app = useLockApp('redis');
+  /** A plain client beside the library, to see what it left on the server. */
+  const redis = useRedisClient(() => app().server!);
 
   it('leaves no semaphore set behind when a permit is asked for with ttl 1e19', async () => {
     const name = uniqueKey('sem');
-    const error = await app.semaphores.acquire(name, 1, { ttl: 1e19, timeout: 0 }).catch((e: unknown) => e);
+    const error = await app()
+      .semaphores.acquire(name, 1, { ttl: 1e19, timeout: 0 })
+      .catch((e: unknown) => e);
 
-    expect(await redis.exists(`lock:sem:{${name}}`)).toBe(0);
+    expect(await redis().exists(`lock:sem:{${name}}`)).toBe(0);
     expect(error).toBeInstanceOf(InvalidArgumentError);
   });
 
   it('leaves no lock behind when a lock is asked for with ttl 2^31 ms', async () => {
     const key = uniqueKey();
-    const error = await app.locks.lock(key, { ttl: LONGEST_DURATION + 1, timeout: 0 }).catch((e: unknown) => e);
+    const error = await app()
+      .locks.lock(key, { ttl: LONGEST_DURATION + 1, timeout: 0 })
+      .catch((e: unknown) => e);
 
-    expect(await redis.exists(`lock:{${key}}`)).toBe(0);
+    expect(await redis().exists(`lock:{${key}}`)).toBe(0);
     expect(error).toBeInstanceOf(InvalidArgumentError);
   });
 });
@@ -425,7 +385,7 @@ describe('bounds and option names checked before anything runs', () => {
   });
 
   it('refuses @WithLock with a misspelt option when the class is defined', () => {
-    const error = thrownByDefining(() => {
+    const error = thrownBy(() => {
       class Orders {
         @WithLock('order:{0}', MISSPELT)
         async ship(id: string): Promise<string> {
@@ -440,7 +400,7 @@ describe('bounds and option names checked before anything runs', () => {
   });
 
   it('refuses @Semaphore with a misspelt option when the class is defined', () => {
-    const error = thrownByDefining(() => {
+    const error = thrownBy(() => {
       class Reports {
         @Semaphore(1, MISSPELT)
         async build(): Promise<void> {}
@@ -454,7 +414,7 @@ describe('bounds and option names checked before anything runs', () => {
 
   it('refuses decorators with a ttl above the bound, or a name that is not well-formed, when the class is defined', () => {
     const errors = {
-      withLockTtl: thrownByDefining(() => {
+      withLockTtl: thrownBy(() => {
         class Orders {
           @WithLock('order:{0}', { ttl: LONGEST_DURATION + 1 })
           async ship(id: string): Promise<string> {
@@ -463,14 +423,14 @@ describe('bounds and option names checked before anything runs', () => {
         }
         return Orders;
       }),
-      semaphoreTtl: thrownByDefining(() => {
+      semaphoreTtl: thrownBy(() => {
         class Reports {
           @Semaphore(1, { ttl: LONGEST_DURATION + 1 })
           async build(): Promise<void> {}
         }
         return Reports;
       }),
-      semaphoreName: thrownByDefining(() => {
+      semaphoreName: thrownBy(() => {
         class Reports {
           @Semaphore(1, { name: 'reports\uD800' })
           async build(): Promise<void> {}
@@ -487,7 +447,7 @@ describe('bounds and option names checked before anything runs', () => {
   });
 
   it('accepts the option names decorators know', () => {
-    const error = thrownByDefining(() => {
+    const error = thrownBy(() => {
       class Reports {
         @WithLock('report:{0}', { ttl: 1_000, timeout: 0, step: 1, ratio: 2, maxStep: 10 })
         async write(id: string): Promise<string> {
@@ -501,5 +461,84 @@ describe('bounds and option names checked before anything runs', () => {
     });
 
     expect(error).toBeUndefined();
+  });
+});
+
+// Found by an outside review; each case failed before its fix.
+describe('arguments that cannot be honoured are INVALID_ARGUMENT', () => {
+  const server = useRedisServer();
+  const app = useLockApp('memory');
+  /** On a Redis that is gone: a check that touched the store would fail with BACKEND_UNAVAILABLE instead. */
+  let stopped: LockApp;
+  let stoppedServer: RedisServer;
+
+  beforeAll(async () => {
+    stoppedServer = await RedisServer.start();
+    stopped = await bootLockModule({ redis: stoppedServer.url, commandTimeout: 200 });
+    await stoppedServer.stop();
+  });
+  afterAll(async () => {
+    // Back before the module closes: ioredis keeps a client whose server is gone alive for 2 s after disconnect().
+    await stoppedServer?.restart();
+    const reachable = () =>
+      stopped.locks.isLocked(uniqueKey()).then(
+        () => true,
+        () => false,
+      );
+    await eventually(reachable, (ok) => ok, 3_000);
+    await closeLockApp(stopped);
+    await stoppedServer?.stop();
+  });
+
+  const DURATIONS = ['ttl', 'timeout', 'step', 'ratio', 'maxStep'] as const;
+
+  it.each(DURATIONS)('%s: null in a call', async (name) => {
+    const outcome = await errorOf(app().locks.lock(uniqueKey(), { [name]: null }));
+    expect(outcome).toMatchObject({ code: 'INVALID_ARGUMENT', argument: name });
+  });
+
+  it.each(DURATIONS)('%s: null in the module defaults', async (name) => {
+    const error = await bootstrapError({ defaults: { [name]: null } });
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', argument: `defaults.${name}` });
+  });
+
+  it('withLock with a routine that is not a function, before the store is touched', async () => {
+    const outcome = await errorOf(
+      stopped.locks.withLock(uniqueKey(), 'not a function' as unknown as () => void, { timeout: 0 }),
+    );
+    expect(outcome).toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+
+  it('withPermit with a routine that is not a function, before the store is touched', async () => {
+    const outcome = await errorOf(
+      stopped.semaphores.withPermit(uniqueKey(), 1, 42 as unknown as () => void, { timeout: 0 }),
+    );
+    expect(outcome).toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+
+  it('a keyPrefix with a lone surrogate, at bootstrap', async () => {
+    const error = await bootstrapError({ redis: server().url, keyPrefix: 'tenant\uD800:' });
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'keyPrefix' });
+  });
+
+  it('acquireLocal with an unknown option', async () => {
+    const outcome = await errorOf(app().semaphores.acquireLocal(uniqueKey('local'), 1, { timout: 0 } as never));
+    expect(outcome).toMatchObject({ code: 'INVALID_ARGUMENT' });
+  });
+
+  it('@Semaphore(1, { scope: "local", ttl }) at class definition: a local semaphore has no lease', () => {
+    const error = thrownBy(() => {
+      class Reports {
+        async build(): Promise<void> {}
+      }
+      const descriptor = Object.getOwnPropertyDescriptor(Reports.prototype, 'build')!;
+      Semaphore(1, { scope: 'local', ttl: 1_000 })(
+        Reports.prototype,
+        'build',
+        descriptor as TypedPropertyDescriptor<Reports['build']>,
+      );
+      return Reports;
+    });
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT' });
   });
 });

@@ -2,13 +2,22 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Inject, Injectable, Module, SetMetadata } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { Test, type TestingModule } from '@nestjs/testing';
-import { InvalidArgumentError, LockModule, LockService, Semaphore, SemaphoreService, WithLock } from 'nest-lock';
+import {
+  InvalidArgumentError,
+  LockModule,
+  LockService,
+  LockTimeoutError,
+  Semaphore,
+  SemaphoreService,
+  WithLock,
+} from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 // A value import, so that `design:returntype` names Observable for the declared-Observable path.
 import { interval, isObservable, Observable, take } from 'rxjs';
 import { deferred } from './support/deferred.js';
-import { STORE_KINDS, uniqueKey } from './support/lock-app.js';
+import { STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
+import { heldAfter, within } from './support/timing.js';
 
 class OutOfStockError extends Error {
   constructor(readonly sku: string) {
@@ -283,5 +292,77 @@ describe('decorated methods without LockModule', () => {
     expect(() => WithLock('k', { retryAfter: -1 })).toThrow(/retryAfter/);
     expect(() => Semaphore(2, { retryAfter: 0.5 })).toThrow(/retryAfter/);
     expect(() => Semaphore(2, { scope: 'local', retryAfter: Number.NaN })).toThrow(/retryAfter/);
+  });
+});
+
+interface Overlap {
+  running: number;
+  most: number;
+}
+
+/** The decorator applied by hand, as in plain JavaScript: no `design:returntype` says Observable. */
+function defineFeedsWithUndeclaredObservable() {
+  class Feeds {
+    feed(key: string, ms: number, overlap: Overlap): Observable<string> {
+      return new Observable<string>((subscriber) => {
+        overlap.most = Math.max(overlap.most, ++overlap.running);
+        const timer = setTimeout(() => {
+          subscriber.next(key);
+          subscriber.complete();
+        }, ms);
+        return () => {
+          clearTimeout(timer);
+          overlap.running--;
+        };
+      });
+    }
+  }
+  const descriptor = Object.getOwnPropertyDescriptor(Feeds.prototype, 'feed')!;
+  WithLock('{0}', { timeout: 0 })(Feeds.prototype, 'feed', descriptor as TypedPropertyDescriptor<Feeds['feed']>);
+  Object.defineProperty(Feeds.prototype, 'feed', descriptor);
+  Injectable()(Feeds);
+  return Feeds;
+}
+
+/** How a subscription ended: `'complete'`, the error it got, or `'unfinished'` after 3 s. */
+async function settleSubscription(source: Observable<string>): Promise<unknown> {
+  const ended = deferred<unknown>();
+  const subscription = source.subscribe({ complete: () => ended.resolve('complete'), error: ended.resolve });
+  const end = await within(ended.promise, 3_000, 'unfinished');
+  subscription.unsubscribe();
+  return end;
+}
+
+// Found by an outside review; failed before its fix.
+describe.each(STORE_KINDS)('an Observable a @WithLock method returns without declaring it (%s store)', (kind) => {
+  const Feeds = defineFeedsWithUndeclaredObservable();
+  const app = useLockApp(kind, {}, [Feeds]);
+
+  /** The call's result, whether the wrapper returns the Observable itself or a promise of it. */
+  async function call(key: string, ms: number, overlap: Overlap): Promise<Observable<string>> {
+    const feeds = app().module.get(Feeds);
+    return (await Promise.resolve<unknown>(feeds.feed(key, ms, overlap))) as Observable<string>;
+  }
+
+  it('every subscription holds the lock for its own life: a second one never runs beside the first', async () => {
+    const key = uniqueKey('feed');
+    const overlap = { running: 0, most: 0 };
+    const feed$ = await call(key, 300, overlap);
+    const first = settleSubscription(feed$);
+    await delay(100);
+    const second = settleSubscription(feed$);
+    const [firstEnd, secondEnd] = await Promise.all([first, second]);
+
+    expect(overlap.most).toBe(1);
+    expect(firstEnd).toBe('complete');
+    // With timeout 0 the second one cannot wait: it errors (or, had it waited, it ran after the first).
+    expect(secondEnd === 'complete' || secondEnd instanceof LockTimeoutError).toBe(true);
+    expect(await heldAfter(() => app().locks.isLocked(key), 1_000)).toBe(false);
+  });
+
+  it('an Observable nobody subscribes to does not keep the lock', async () => {
+    const key = uniqueKey('feed');
+    await call(key, 10, { running: 0, most: 0 });
+    expect(await heldAfter(() => app().locks.isLocked(key), 1_000)).toBe(false);
   });
 });

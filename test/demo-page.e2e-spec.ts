@@ -6,22 +6,23 @@ import { type Browser, chromium, type Page } from 'playwright-core';
 import { AppModule } from '../apps/demo/src/app.module.js';
 import { readDemoConfig } from '../apps/demo/src/demo.config.js';
 import { findChromium } from './support/chromium.js';
-import { RedisServer } from './support/redis-server.js';
+import { useRedisServer } from './support/redis-server.js';
 
 const ARTIFACTS = 'test-artifacts';
 
 /** A person at the demo page: fire the stampede with the lock on, then off, and read the result. */
+/** Stopped after the demo app below has closed: Jest runs an inner block's afterAll hooks first. */
+const server = useRedisServer();
+
 describe('the demo page in a browser', () => {
-  let server: RedisServer;
   let app: INestApplication;
   let browser: Browser;
   let page: Page;
 
   beforeAll(async () => {
-    server = await RedisServer.start();
     const module = await Test.createTestingModule({
       // A slow backend (1 s): without the lock every request has missed before the first load fills the cache.
-      imports: [AppModule.register(readDemoConfig({ REDIS_URL: server.url, BACKEND_LATENCY_MS: '1000' }))],
+      imports: [AppModule.register(readDemoConfig({ REDIS_URL: server().url, BACKEND_LATENCY_MS: '1000' }))],
     }).compile();
     app = module.createNestApplication({ logger: false });
     await app.listen(0, '127.0.0.1');
@@ -33,7 +34,6 @@ describe('the demo page in a browser', () => {
   afterAll(async () => {
     await browser?.close();
     await app?.close();
-    await server?.stop();
   });
 
   const panel = (lock: 'on' | 'off') => page.locator(`#panel-${lock}`);

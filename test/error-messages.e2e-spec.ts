@@ -1,8 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Redis } from 'ioredis';
+import { describe, expect, it } from '@jest/globals';
 import { LockBackendError, LockTimeoutError, SemaphoreTimeoutError } from 'nest-lock';
 import { bootLockModule, closeLockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
-import { RedisServer } from './support/redis-server.js';
+import { RedisServer, useRedisClient, useRedisServer } from './support/redis-server.js';
 
 describe.each(STORE_KINDS)('timeouts and elapsed times as users read them, on the %s store', (kind) => {
   const app = useLockApp(kind);
@@ -77,16 +76,9 @@ describe.each(STORE_KINDS)('timeouts and elapsed times as users read them, on th
 });
 
 describe('backend errors as users read them', () => {
-  let server: RedisServer;
-  let redis: Redis;
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    redis = new Redis(server.url);
-  });
-  afterAll(async () => {
-    redis.disconnect();
-    await server.stop();
-  });
+  const server = useRedisServer();
+  /** A plain client beside the library, to put a value of another type at its key. */
+  const redis = useRedisClient(server);
 
   it('a stopped Redis: "Redis is unreachable", the client error kept as cause', async () => {
     const stopped = await RedisServer.start();
@@ -107,9 +99,9 @@ describe('backend errors as users read them', () => {
   });
 
   it('a frozen Redis: "did not answer within <commandTimeout> ms", naming what could not be done', async () => {
-    const frozen = await bootLockModule({ redis: server.url, commandTimeout: 200 });
+    const frozen = await bootLockModule({ redis: server().url, commandTimeout: 200 });
     const name = uniqueKey('reports');
-    server.pause();
+    server().pause();
     try {
       const error = await frozen.semaphores.count(name).catch((e: unknown) => e);
 
@@ -118,15 +110,15 @@ describe('backend errors as users read them', () => {
         `Redis did not answer within 200 ms: could not count the permits of semaphore "${name}"`,
       );
     } finally {
-      server.resume();
+      server().resume();
       await closeLockApp(frozen);
     }
   });
 
   it('a value of another type at the key: "Redis refused", with the server\'s reply and the cause', async () => {
-    const onRedis = await bootLockModule({ redis: server.url });
+    const onRedis = await bootLockModule({ redis: server().url });
     const key = uniqueKey('order');
-    await redis.hset(`lock:{${key}}`, 'owner', 'someone else');
+    await redis().hset(`lock:{${key}}`, 'owner', 'someone else');
     try {
       const error = (await onRedis.locks.lock(key).catch((e: unknown) => e)) as LockBackendError;
 

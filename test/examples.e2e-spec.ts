@@ -1,29 +1,22 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { RedisServer } from './support/redis-server.js';
+import { useRedisServer } from './support/redis-server.js';
 
 const run = promisify(execFile);
 const example = fileURLToPath(new URL('../examples/fenced-writes.mjs', import.meta.url));
 
 /** The README's fencing example, run as a user runs it (`npm run example:fencing`), on both stores. */
 describe('examples/fenced-writes.mjs', () => {
-  let server: RedisServer;
-
-  beforeAll(async () => {
-    server = await RedisServer.start();
-  });
-  afterAll(async () => {
-    await server.stop();
-  });
+  const server = useRedisServer();
 
   it.each([
     ['the memory store', {}],
     ['Redis', { REDIS_URL: 'set in the test' }],
   ])('refuses the late write of a holder that stalled past its lease, on %s', async (_store, env) => {
-    const redisEnv = 'REDIS_URL' in env ? { REDIS_URL: server.url } : {};
+    const redisEnv = 'REDIS_URL' in env ? { REDIS_URL: server().url } : {};
     const { stdout } = await run(process.execPath, [example], {
       env: { ...process.env, REDIS_URL: '', ...redisEnv },
       timeout: 30_000,

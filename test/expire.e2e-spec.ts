@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { type Lock, type LockLostError, type Permit } from 'nest-lock';
 import { Redis } from 'ioredis';
-import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import {
   bootLockModule,
@@ -10,7 +9,9 @@ import {
   type LockApp,
   STORE_KINDS,
   uniqueKey,
+  useLockApps,
 } from './support/lock-app.js';
+import { abortReasonWithin } from './support/timing.js';
 
 /**
  * `expire(ttl)` on a lease that is held — through `Lock.expire`, `Permit.expire` or
@@ -20,13 +21,6 @@ import {
 
 /** A lease of either kind, as these tests use it. */
 type Lease = Lock | Permit;
-
-/** Resolves with the reason `signal` aborts with, or `undefined` if it does not within `ms`. */
-async function abortReasonWithin(signal: AbortSignal, ms: number): Promise<unknown> {
-  if (signal.aborted) return signal.reason;
-  const aborted = once(signal, 'abort').then(() => signal.reason as unknown);
-  return Promise.race([aborted, delay(ms).then(() => undefined)]);
-}
 
 /** Keeps the server busy for `ms` (a Lua loop on its own connection): every command sent meanwhile queues. */
 async function stallServer(url: string, ms: number): Promise<void> {
@@ -46,37 +40,28 @@ async function stallServer(url: string, ms: number): Promise<void> {
 }
 
 describe.each(['lock', 'permit'] as const)('expire() racing a renewal of a %s on Redis', (leaseKind) => {
-  let app: LockApp;
+  const apps = useLockApps('redis', 2);
+  const app = () => apps()[0];
   /** Another application on the same server: another process, as far as Redis can tell. */
-  let other: LockApp;
-  let admin: Redis;
-
-  beforeAll(async () => {
-    app = await createLockApp('redis');
-    other = await bootLockModule({ redis: app.server!.url });
-    admin = new Redis(app.server!.url);
-  });
-  afterAll(async () => {
-    admin.disconnect();
-    await closeLockApp(other);
-    await closeLockApp(app);
-  });
+  const other = () => apps()[1];
 
   /** Holds `id` through `withLock` / `withPermit` (limit 1) with `ttl`, renewed by the watchdog. */
   function hold<T>(id: string, ttl: number, fn: (lease: Lease) => Promise<T>): Promise<T> {
-    return leaseKind === 'lock' ? app.locks.withLock(id, fn, { ttl }) : app.semaphores.withPermit(id, 1, fn, { ttl });
+    return leaseKind === 'lock'
+      ? app().locks.withLock(id, fn, { ttl })
+      : app().semaphores.withPermit(id, 1, fn, { ttl });
   }
 
   /** What the server says the lease still runs, ms. */
   async function serverTtl(id: string): Promise<number> {
-    if (leaseKind === 'lock') return (await app.locks.inspect(id)).ttl;
-    const [permit] = await app.semaphores.holders(id);
+    if (leaseKind === 'lock') return (await app().locks.inspect(id)).ttl;
+    const [permit] = await app().semaphores.holders(id);
     return permit?.ttl ?? 0;
   }
 
   /** One attempt of the other application: whether it got the key (and gives it back at once). */
   async function otherTakes(id: string): Promise<boolean> {
-    const lease = leaseKind === 'lock' ? await other.locks.tryLock(id) : await other.semaphores.tryAcquire(id, 1);
+    const lease = leaseKind === 'lock' ? await other().locks.tryLock(id) : await other().semaphores.tryAcquire(id, 1);
     if (lease === null) return false;
     await ('unlock' in lease ? lease.unlock() : lease.release());
     return true;
@@ -90,7 +75,7 @@ describe.each(['lock', 'permit'] as const)('expire() racing a renewal of a %s on
       // The watchdog renews at ttl / 3 (~1,000 ms): the server is busy from 850 to 1,250 ms, so that the
       // renewal queues behind the busy script, and expire(500), sent at 1,100 ms, behind the renewal.
       await delay(850);
-      const stalled = stallServer(app.server!.url, 400);
+      const stalled = stallServer(app().server!.url, 400);
       await delay(250);
       expect(await lease.expire(500)).toBe(true);
       await stalled;
@@ -183,6 +168,17 @@ describe.each(STORE_KINDS)('expire() with another ttl on the %s store', (kind) =
     return true;
   }
 
+  /** Tries to take `key` as somebody else every 50 ms for `ms`; when (ms from the start) that worked. */
+  async function takesDuring(key: string, ms: number): Promise<number[]> {
+    const taken: number[] = [];
+    const start = performance.now();
+    while (performance.now() - start < ms) {
+      await delay(50);
+      if (await someoneElseTakes(key)) taken.push(Math.round(performance.now() - start));
+    }
+    return taken;
+  }
+
   it('renews a lock on the new ttl at once: withLock(ttl 5,000) then expire(600) keeps it past 600 ms', async () => {
     const key = uniqueKey('shorter');
     const takenBy: number[] = [];
@@ -192,11 +188,7 @@ describe.each(STORE_KINDS)('expire() with another ttl on the %s store', (kind) =
       async (lock) => {
         expect(await lock.expire(600)).toBe(true);
         expect(lock.validity).toBeLessThanOrEqual(600);
-        const start = performance.now();
-        while (performance.now() - start < 1_300) {
-          await delay(50);
-          if (await someoneElseTakes(key)) takenBy.push(Math.round(performance.now() - start));
-        }
+        takenBy.push(...(await takesDuring(key, 1_300)));
         expect(lock.signal.aborted).toBe(false);
         expect(lock.validity).toBeGreaterThan(0);
         expect(lock.validity).toBeLessThanOrEqual(600);
@@ -265,11 +257,7 @@ describe.each(STORE_KINDS)('expire() with another ttl on the %s store', (kind) =
       async (lock) => {
         expect(await app.locks.expire(key, lock.token, 600)).toBe(true);
         expect(lock.validity).toBeLessThanOrEqual(600);
-        const start = performance.now();
-        while (performance.now() - start < 1_300) {
-          await delay(50);
-          if (await someoneElseTakes(key)) takenBy.push(Math.round(performance.now() - start));
-        }
+        takenBy.push(...(await takesDuring(key, 1_300)));
         expect(lock.signal.aborted).toBe(false);
         expect(lock.validity).toBeLessThanOrEqual(600);
       },

@@ -1,17 +1,15 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
 import { LockStore, type RedisStore } from 'nest-lock';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import {
-  bootLockModule,
-  closeLockApp,
-  createLockApp,
-  type LockApp,
-  STORE_KINDS,
-  uniqueKey,
-  useLockApp,
-} from './support/lock-app.js';
-import { RedisServer } from './support/redis-server.js';
+import { bootLockModule, closeLockApp, type LockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
+import { errorOf } from './support/outcomes.js';
+import { lockKeyOf, pttlOnceGone, semaphoreKeyOf } from './support/redis-keys.js';
+import { RedisServer, useRedisClient, useRedisServer } from './support/redis-server.js';
+import { eventually } from './support/timing.js';
 import { runWorkers } from './support/workers.js';
 import { lockKind, semaphoreKind } from './support/kinds.js';
 
@@ -30,27 +28,25 @@ function expectStrictlyIncreasing(fences: number[]): void {
  */
 describe('fencing tokens', () => {
   describe('across processes', () => {
-    let server: RedisServer;
-    let redis: Redis;
-
-    beforeAll(async () => {
-      server = await RedisServer.start();
-      redis = new Redis(server.url);
-    });
-    afterAll(async () => {
-      redis.disconnect();
-      await server.stop();
-    });
+    const server = useRedisServer();
+    const redis = useRedisClient(server);
 
     it(`gives ${ACQUISITIONS.toLocaleString('en')} acquisitions of one key across ${PROCESSES} processes strictly increasing fences, in the order the server granted them`, async () => {
       const key = 'fenced';
       // Each holder RPUSHes its fence while it holds the lock: the list is in the server's grant order.
       const listKey = 'fences-in-grant-order';
       const reports = await runWorkers<{ fences: number[] }>('fault-worker', PROCESSES, [
-        JSON.stringify({ mode: 'fence', lockUrl: server.url, key, listKey, count: ACQUISITIONS / PROCESSES, loops: 4 }),
+        JSON.stringify({
+          mode: 'fence',
+          lockUrl: server().url,
+          key,
+          listKey,
+          count: ACQUISITIONS / PROCESSES,
+          loops: 4,
+        }),
       ]);
 
-      const inGrantOrder = (await redis.lrange(listKey, 0, -1)).map(Number);
+      const inGrantOrder = (await redis().lrange(listKey, 0, -1)).map(Number);
       expect(inGrantOrder).toHaveLength(ACQUISITIONS);
       expectStrictlyIncreasing(inGrantOrder);
       const reported = reports.flatMap((report) => report.fences);
@@ -119,32 +115,28 @@ describe('fencing tokens', () => {
   });
 
   describe('on Redis, when the counter itself is gone', () => {
-    let app: LockApp;
-    let redis: Redis;
-
-    beforeAll(async () => {
-      app = await createLockApp('redis');
-      redis = new Redis(app.server!.url, { retryStrategy: () => 50 });
-    });
-    afterAll(async () => {
-      redis.disconnect();
-      await closeLockApp(app);
-    });
+    const app = useLockApp('redis');
+    /** Reconnects soon after the restart below. */
+    const redis = useRedisClient(() => app().server!, { retryStrategy: () => 50 });
 
     it('keeps the counter long after the lock key expired, with an expiry of its own (an hour by default)', async () => {
       const key = uniqueKey('fence-counter');
-      const [lockKey, counter] = app.module.get<typeof LockStore, RedisStore>(LockStore).keysOf(lockKind, key);
-      await app.locks.lock(key, { ttl: 50 });
+      const [lockKey, counter] = app().module.get<typeof LockStore, RedisStore>(LockStore).keysOf(lockKind, key);
+      await app().locks.lock(key, { ttl: 50 });
       await delay(150);
 
-      expect(await redis.exists(lockKey)).toBe(0);
-      const counterTtl = await redis.pttl(counter);
+      expect(await redis().exists(lockKey)).toBe(0);
+      const counterTtl = await redis().pttl(counter);
       expect(counterTtl).toBeGreaterThan(3_500_000);
       expect(counterTtl).toBeLessThanOrEqual(3_600_000);
     });
 
     it('lets the counters expire after fenceCounterTtl, and fences keep increasing from the server clock', async () => {
-      const shortLived = await bootLockModule({ redis: app.server!.url, keyPrefix: 'short:', fenceCounterTtl: 1_000 });
+      const shortLived = await bootLockModule({
+        redis: app().server!.url,
+        keyPrefix: 'short:',
+        fenceCounterTtl: 1_000,
+      });
       try {
         const key = uniqueKey('fence-expiring');
         const name = uniqueKey('fence-expiring-permits');
@@ -154,14 +146,14 @@ describe('fencing tokens', () => {
         const permit = await shortLived.semaphores.acquire(name, 1);
         await permit.release();
         const counters = [store.keysOf(lockKind, key)[1], store.keysOf(semaphoreKind, name)[1]];
-        expect(await Promise.all(counters.map((counter) => redis.pttl(counter)))).toEqual([
+        expect(await Promise.all(counters.map((counter) => redis().pttl(counter)))).toEqual([
           expect.any(Number),
           expect.any(Number),
         ]);
-        for (const counter of counters) expect(await redis.pttl(counter)).toBeGreaterThan(0);
+        for (const counter of counters) expect(await redis().pttl(counter)).toBeGreaterThan(0);
 
         await delay(1_200);
-        expect(await redis.exists(...counters)).toBe(0);
+        expect(await redis().exists(...counters)).toBe(0);
         const later = await shortLived.locks.lock(key);
         const laterPermit = await shortLived.semaphores.acquire(name, 1);
         expect(later.fence).toBeGreaterThan(lock.fence);
@@ -176,19 +168,131 @@ describe('fencing tokens', () => {
       const key = uniqueKey('fence-wiped');
       const fences: number[] = [];
       const take = async () => {
-        const lock = await app.locks.lock(key, { timeout: 5_000 });
+        const lock = await app().locks.lock(key, { timeout: 5_000 });
         fences.push(lock.fence);
         await lock.unlock();
       };
       await take();
       await take();
-      await redis.flushall();
+      await redis().flushall();
       await take();
-      await app.server!.restart();
+      await app().server!.restart();
       await take();
       await take();
 
       expectStrictlyIncreasing(fences);
     });
+  });
+});
+
+/*
+ * Found by an outside review: fences when the counter holds something the library did not write, when
+ * Redis comes back older, and when a new memory store starts. Each case failed before its fix.
+ */
+
+describe('a fence counter that holds no integer never leaves a lease held by nobody', () => {
+  const app = useLockApp('redis');
+  /** A plain client beside the library, to spoil its fence counters. */
+  const redis = useRedisClient(() => app().server!);
+
+  const corruptions: [string, (counter: string) => Promise<unknown>][] = [
+    ['a string that is not a number', (counter) => redis().set(counter, 'not-a-number')],
+    ['a hash', (counter) => redis().hset(counter, 'a', '1')],
+  ];
+
+  it.each(corruptions)('lock(), with %s at the fence counter', async (_, corrupt) => {
+    const key = uniqueKey('fenced');
+    await corrupt(`${lockKeyOf(key)}:fence`);
+    const outcome = await errorOf(app().locks.lock(key, { ttl: 10_000, timeout: 1_000 }));
+    expect(outcome === 'resolved' ? outcome : String((outcome as { code?: string }).code)).toMatch(
+      /^(resolved|BACKEND_ERROR)$/,
+    );
+    expect(await pttlOnceGone(redis(), lockKeyOf(key), 1_000)).toBe(-2);
+  });
+
+  it.each(corruptions)('acquire(), with %s at the fence counter', async (_, corrupt) => {
+    const name = uniqueKey('fenced-semaphore');
+    await corrupt(`${semaphoreKeyOf(name)}:fence`);
+    const outcome = await errorOf(app().semaphores.acquire(name, 1, { ttl: 10_000, timeout: 1_000 }));
+    expect(outcome === 'resolved' ? outcome : String((outcome as { code?: string }).code)).toMatch(
+      /^(resolved|BACKEND_ERROR)$/,
+    );
+    expect(
+      await eventually(
+        () => app().semaphores.count(name),
+        (count) => count === 0,
+        1_000,
+      ),
+    ).toBe(0);
+  });
+});
+
+describe('fences after Redis restarts from an older RDB snapshot', () => {
+  let snapshotDir: string;
+  let restarted: RedisServer;
+  let admin: Redis;
+  let app: LockApp;
+
+  beforeAll(async () => {
+    snapshotDir = mkdtempSync(join(tmpdir(), 'nest-lock-snapshot-'));
+    restarted = await RedisServer.start({ args: ['--dir', snapshotDir] });
+    admin = new Redis(restarted.url);
+    app = await bootLockModule({ redis: restarted.url, commandTimeout: 200 });
+  });
+  afterAll(async () => {
+    await closeLockApp(app);
+    admin?.disconnect();
+    await restarted?.stop();
+    rmSync(snapshotDir, { recursive: true, force: true });
+  });
+
+  it('the next fence is greater than every fence handed out before the restart', async () => {
+    const key = uniqueKey('account');
+    const fences: number[] = [];
+    const take = async () => {
+      const lock = await app.locks.lock(key);
+      fences.push(lock.fence);
+      await lock.unlock();
+    };
+    for (let i = 0; i < 3; i++) await take();
+    await admin.set('snapshot-marker', 'taken');
+    await admin.save();
+    for (let i = 0; i < 3; i++) await take();
+
+    await restarted.restart();
+    expect(await admin.get('snapshot-marker')).toBe('taken'); // it came back from the snapshot
+    let after: number | undefined;
+    const deadline = performance.now() + 8_000;
+    while (after === undefined && performance.now() < deadline) {
+      try {
+        const lock = await app.locks.lock(key, { timeout: 0 });
+        after = lock.fence;
+        await lock.unlock();
+      } catch {
+        await delay(100); // the module's client is still reconnecting
+      }
+    }
+    expect(after).toBeGreaterThan(Math.max(...fences));
+  });
+});
+
+describe('memory-store fences are not reset by a new store', () => {
+  it('a fence a new application takes is greater than one an earlier application took', async () => {
+    const clockFloor = Date.now() * 1_000 - 1e9;
+    const fenceOfANewApp = async () => {
+      const app = await bootLockModule({});
+      try {
+        const lock = await app.locks.lock('memory-fence:account');
+        await lock.unlock();
+        return lock.fence;
+      } finally {
+        await closeLockApp(app);
+      }
+    };
+    const earlier = await fenceOfANewApp();
+    const later = await fenceOfANewApp();
+    expect(later).toBeGreaterThan(earlier);
+    // They come from the clock (µs), as on Redis.
+    expect(earlier).toBeGreaterThan(clockFloor);
   });
 });

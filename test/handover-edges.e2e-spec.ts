@@ -1,14 +1,12 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Redis } from 'ioredis';
+import { describe, expect, it } from '@jest/globals';
 import { LockStore, LockTimeoutError, RedisStore } from 'nest-lock';
-import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { createInterface } from 'node:readline';
 import { setTimeout as delay } from 'node:timers/promises';
-import { fileURLToPath } from 'node:url';
 import { DelayProxy } from './support/delay-proxy.js';
-import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
-import { RedisServer } from './support/redis-server.js';
+import { bootLockModule, closeLockApp, type LockApp, uniqueKey, useLockApp } from './support/lock-app.js';
+import { useRedisClient } from './support/redis-server.js';
+import { busyWait } from './support/timing.js';
+import { onWorkerReports, spawnWorker } from './support/workers.js';
 import { lockKind, semaphoreKind } from './support/kinds.js';
 
 /**
@@ -16,31 +14,21 @@ import { lockKind, semaphoreKind } from './support/kinds.js';
  * the code before its fix.
  */
 describe('handover at the edges', () => {
-  let server: RedisServer;
-  let app: LockApp;
-  let redis: Redis;
+  const app = useLockApp('redis');
+  const server = () => app().server!;
+  /** A plain client beside the library, to watch its keys. */
+  const redis = useRedisClient(server);
 
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    app = await bootLockModule({ redis: server.url });
-    redis = new Redis(server.url);
-  });
-  afterAll(async () => {
-    redis.disconnect();
-    await closeLockApp(app);
-    await server.stop();
-  });
-
-  const store = () => app.module.get<RedisStore>(LockStore);
+  const store = () => app().module.get<RedisStore>(LockStore);
 
   it('hands a lock over with a commandTimeout that is not whole milliseconds (the handover lease goes to PX)', async () => {
     const key = uniqueKey('fractional-timeout');
-    const holderApp = await bootLockModule({ redis: server.url, commandTimeout: 700.3 });
-    const waiterApp = await bootLockModule({ redis: server.url, commandTimeout: 700.3 });
+    const holderApp = await bootLockModule({ redis: server().url, commandTimeout: 700.3 });
+    const waiterApp = await bootLockModule({ redis: server().url, commandTimeout: 700.3 });
     try {
       const held = await holderApp.locks.lock(key, { ttl: 10_000 });
       const waiting = waiterApp.locks.lock(key, { timeout: 5_000 });
-      while ((await redis.zcard(store().keysOf(lockKind, key)[2])) < 1) await delay(10);
+      while ((await redis().zcard(store().keysOf(lockKind, key)[2])) < 1) await delay(10);
 
       const started = performance.now();
       expect(await held.unlock()).toBe(true);
@@ -55,12 +43,10 @@ describe('handover at the edges', () => {
 
   it('a handover message read after its lease ran out (and another waiter took the lock) is not taken as a lease', async () => {
     const key = uniqueKey('stale-handover');
-    const script = fileURLToPath(new URL('./support/workers/hand-over-then-wait.mjs', import.meta.url));
-    const child = spawn(process.execPath, [script, server.url, key], { stdio: ['pipe', 'pipe', 'inherit'] });
+    const child = spawnWorker('hand-over-then-wait', [server().url, key], { stdin: 'pipe', stdout: 'pipe' });
     const events: Record<string, unknown>[] = [];
     const arrived = new Map<string, () => void>();
-    createInterface({ input: child.stdout }).on('line', (line) => {
-      const event = JSON.parse(line) as Record<string, unknown>;
+    onWorkerReports<Record<string, unknown>>(child, (event) => {
       events.push(event);
       arrived.get(String(event.event))?.();
     });
@@ -72,18 +58,18 @@ describe('handover at the edges', () => {
     const line = store().keysOf(lockKind, key)[2];
     try {
       await eventOf('held');
-      const waiter = app.locks.lock(key, { ttl: 10_000, step: 20, maxStep: 300, timeout: 20_000 });
-      while ((await redis.zcard(line)) < 1) await delay(5);
-      child.stdin.write('B\n');
-      while ((await redis.zcard(line)) < 2) await delay(5);
-      child.stdin.write('go\n');
+      const waiter = app().locks.lock(key, { ttl: 10_000, step: 20, maxStep: 300, timeout: 20_000 });
+      while ((await redis().zcard(line)) < 1) await delay(5);
+      child.stdin!.write('B\n');
+      while ((await redis().zcard(line)) < 2) await delay(5);
+      child.stdin!.write('go\n');
       // This process stalls (a long GC pause, a CPU-bound callback) past the handover lease: the
       // lease handed to the waiter runs out, B takes the lock, and only then is the message read.
       setImmediate(() => busyWait(store().handoverLease + 500));
 
       const lock = await waiter;
 
-      expect(await redis.get(store().keysOf(lockKind, key)[0])).toBe(lock.token);
+      expect(await redis().get(store().keysOf(lockKind, key)[0])).toBe(lock.token);
       const next = await eventOf('B holds');
       expect(lock.fence).toBeGreaterThan(Number(next.fence));
       await lock.unlock();
@@ -97,7 +83,7 @@ describe('handover at the edges', () => {
   // pass was read, even after its lease had run out and another process held the lock: the waiter got
   // a lock with validity 0 and a fence below the real holder's. It now attempts again instead.
   it('does not take a lease passed inside the process once that lease has run out by its clock', async () => {
-    const proxy = await DelayProxy.start(server.port);
+    const proxy = await DelayProxy.start(server().port);
     const late = await bootLockModule({ redis: `redis://127.0.0.1:${proxy.port}` });
     try {
       // The first lock of a module subscribes it to the wake-up channel, which wakes every waiter.
@@ -110,7 +96,7 @@ describe('handover at the edges', () => {
         const waiting = late.locks.lock(key, { ttl: 100, timeout: 1_500, maxStep: 150 });
         waiting.catch(() => undefined);
         const holder = await holding;
-        const other = app.locks.lock(key, { ttl: 3_000, timeout: 4_000 });
+        const other = app().locks.lock(key, { ttl: 3_000, timeout: 4_000 });
         await delay(40);
         // From here answers come 300 ms late. Redis runs the release, which passes the lock to the
         // waiter, at once. The waiter's wait for the pass ends at the holder's run-out; its attempt
@@ -133,11 +119,11 @@ describe('handover at the edges', () => {
   });
 
   it('a handed-over lease whose first renewal timed out is renewed again within its short handover lease', async () => {
-    const proxy = await DelayProxy.start(server.port);
+    const proxy = await DelayProxy.start(server().port);
     const slowApp = await bootLockModule({ redis: proxy.url, commandTimeout: 200 });
     try {
       const key = uniqueKey('handed-renewal');
-      const holder = await app.locks.lock(key);
+      const holder = await app().locks.lock(key);
       let lost: unknown = null;
       const routine = slowApp.locks.withLock(
         key,
@@ -179,11 +165,11 @@ describe('handover at the edges', () => {
     await delay(150);
     // X looks again: D's permit is free, and it goes to W, ahead of X in line.
     expect((await store().acquire(semaphoreKind, name, 2, 'X', 10_000, { ...waits, inLine: true })).fence).toBe(0);
-    expect(await redis.zscore(permits, 'W')).not.toBeNull();
+    expect(await redis().zscore(permits, 'W')).not.toBeNull();
 
     // C's permit runs out: the set, with W's permit in it, must outlive it.
     await delay(650);
-    expect(await redis.zscore(permits, 'W')).not.toBeNull();
+    expect(await redis().zscore(permits, 'W')).not.toBeNull();
     expect(
       (await store().acquire(semaphoreKind, name, 2, 'Y', 10_000, { fair: false, liveness: 0, inLine: false })).fence,
     ).toBeGreaterThan(0);
@@ -194,7 +180,7 @@ describe('handover at the edges', () => {
 
   it('counts a lease passed inside the process from the release that passed it, however long the waiter waited', async () => {
     // maxStep above the handover lease: the waiter may wait for the pass longer than a handover lease lasts.
-    const waiting = await bootLockModule({ redis: server.url, commandTimeout: 200, defaults: { maxStep: 5_000 } });
+    const waiting = await bootLockModule({ redis: server().url, commandTimeout: 200, defaults: { maxStep: 5_000 } });
     try {
       const key = uniqueKey('long-pass');
       const handoverLease = waiting.module.get<RedisStore>(LockStore).handoverLease;
@@ -219,7 +205,7 @@ describe('handover at the edges', () => {
   });
 
   it('gives a lease passed inside the process back at once when its waiter gave up before the release was answered', async () => {
-    const passing = await bootLockModule({ redis: server.url });
+    const passing = await bootLockModule({ redis: server().url });
     try {
       const key = uniqueKey('pass-to-gone');
       const lockKey = passing.module.get<RedisStore>(LockStore).keysOf(lockKind, key)[0];
@@ -236,16 +222,16 @@ describe('handover at the edges', () => {
       await delay(50);
 
       // The release that passes the lock to `third` waits on the server while `third` gives up.
-      await redis.call('CLIENT', 'PAUSE', '300', 'WRITE');
+      await redis().call('CLIENT', 'PAUSE', '300', 'WRITE');
       const released = holder.unlock();
       giveUp.abort(new Error('gave up'));
       await thirdGaveUp;
       expect(await released).toBe(true);
-      expect(await redis.get(lockKey)).not.toBe(holder.token);
+      expect(await redis().get(lockKey)).not.toBe(holder.token);
 
       // Nobody will use the lease `third` was passed: given back now, not after the handover lease.
       const since = performance.now();
-      while ((await redis.exists(lockKey)) === 1 && performance.now() - since < handoverLease) await delay(10);
+      while ((await redis().exists(lockKey)) === 1 && performance.now() - since < handoverLease) await delay(10);
       expect(performance.now() - since).toBeLessThan(handoverLease / 3);
       expect(await passing.locks.tryLock(key)).not.toBeNull();
     } finally {
@@ -261,9 +247,9 @@ describe('handover at the edges', () => {
   describe('a pass inside the process waits for Redis to run the release', () => {
     /** `holder` holds `key` here, and `next` waits behind it since before this process took the lock (a pass ahead of the line). */
     async function holderAndNext(key: string, nextOptions: { signal?: AbortSignal } = {}) {
-      const first = await app.locks.lock(key);
-      const second = app.locks.lock(key, { timeout: 10_000 });
-      const next = app.locks.lock(key, { timeout: 10_000, ...nextOptions });
+      const first = await app().locks.lock(key);
+      const second = app().locks.lock(key, { timeout: 10_000 });
+      const next = app().locks.lock(key, { timeout: 10_000, ...nextOptions });
       await delay(50);
       await first.unlock();
       return { holder: await second, next };
@@ -271,7 +257,7 @@ describe('handover at the edges', () => {
 
     /** Runs `test` with a second application on the same Redis: another process, for the lock. */
     async function withOtherProcess(test: (other: LockApp) => Promise<void>): Promise<void> {
-      const other = await bootLockModule({ redis: server.url });
+      const other = await bootLockModule({ redis: server().url });
       try {
         await test(other);
       } finally {
@@ -301,7 +287,7 @@ describe('handover at the edges', () => {
       withOtherProcess(async (other) => {
         const key = uniqueKey('pass-after-flush');
         const { holder, next } = await holderAndNext(key);
-        await redis.flushall();
+        await redis().flushall();
         const intruder = await other.locks.lock(key, { ttl: 10_000 });
         await intruder.unlock();
 
@@ -330,8 +316,3 @@ describe('handover at the edges', () => {
       }));
   });
 });
-
-function busyWait(ms: number): void {
-  const end = performance.now() + ms;
-  while (performance.now() < end);
-}

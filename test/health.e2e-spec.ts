@@ -1,4 +1,4 @@
-import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterEach, describe, expect, it } from '@jest/globals';
 import { Controller, Get, type INestApplication, Inject, Module } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test } from '@nestjs/testing';
@@ -7,7 +7,7 @@ import { LockHealthIndicator } from 'nest-lock/terminus';
 import { existsSync, readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import request from 'supertest';
-import { RedisServer } from './support/redis-server.js';
+import { useRedisServer } from './support/redis-server.js';
 
 @Controller('health')
 class HealthController {
@@ -38,7 +38,7 @@ class HealthController {
 class HealthModule {}
 
 describe('LockHealthIndicator through a TerminusModule /health endpoint', () => {
-  let server: RedisServer;
+  const server = useRedisServer();
   let app: INestApplication | undefined;
 
   async function start(options: LockModuleOptions): Promise<Server> {
@@ -50,19 +50,13 @@ describe('LockHealthIndicator through a TerminusModule /health endpoint', () => 
     return app.getHttpServer() as Server;
   }
 
-  beforeAll(async () => {
-    server = await RedisServer.start();
-  });
   afterEach(async () => {
     await app?.close();
     app = undefined;
   });
-  afterAll(async () => {
-    await server.stop();
-  });
 
   it('200 with Redis up: the lock indicator is up with the round trip in ms', async () => {
-    const http = await start({ redis: server.url });
+    const http = await start({ redis: server().url });
 
     const response = await request(http).get('/health');
     expect(response.status).toBe(200);
@@ -78,10 +72,10 @@ describe('LockHealthIndicator through a TerminusModule /health endpoint', () => 
   });
 
   it('503 with Redis stopped: down, with the reason; 200 again once it is back', async () => {
-    const http = await start({ redis: server.url, commandTimeout: 300 });
+    const http = await start({ redis: server().url, commandTimeout: 300 });
     expect((await request(http).get('/health')).status).toBe(200);
 
-    await server.kill();
+    await server().kill();
     try {
       const response = await request(http).get('/health');
       expect(response.status).toBe(503);
@@ -94,7 +88,7 @@ describe('LockHealthIndicator through a TerminusModule /health endpoint', () => 
         },
       });
     } finally {
-      await server.restart();
+      await server().restart();
     }
 
     // The client reconnects by itself (within its 2 s back-off): the check follows.
@@ -108,8 +102,8 @@ describe('LockHealthIndicator through a TerminusModule /health endpoint', () => 
   });
 
   it('503 when Redis is frozen: the probe is bounded by commandTimeout', async () => {
-    const http = await start({ redis: server.url, commandTimeout: 300 });
-    server.pause();
+    const http = await start({ redis: server().url, commandTimeout: 300 });
+    server().pause();
     try {
       const started = performance.now();
       const response = await request(http).get('/health');
@@ -119,12 +113,12 @@ describe('LockHealthIndicator through a TerminusModule /health endpoint', () => 
       });
       expect(performance.now() - started).toBeLessThan(5_000);
     } finally {
-      server.resume();
+      server().resume();
     }
   });
 
   it('pingCheck(key) reports under that key', async () => {
-    const http = await start({ redis: server.url });
+    const http = await start({ redis: server().url });
 
     const response = await request(http).get('/health/named');
     expect(response.status).toBe(200);

@@ -1,8 +1,8 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import type { LoggerService } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { InvalidArgumentError, LockModule, type LockModuleOptions, LockService } from 'nest-lock';
-import { RedisServer } from './support/redis-server.js';
+import { useRedisServer } from './support/redis-server.js';
 
 /** The contexts nest-lock logs under; Nest's own lines (InstanceLoader, …) are left out. */
 const LOCK_CONTEXTS = new Set(['LockModule', 'LockService', 'nest-lock']);
@@ -36,14 +36,7 @@ async function until(condition: () => boolean, what: string, ms = 10_000): Promi
 }
 
 describe('the logger option', () => {
-  let server: RedisServer;
-
-  beforeAll(async () => {
-    server = await RedisServer.start();
-  });
-  afterAll(async () => {
-    await server.stop();
-  });
+  const server = useRedisServer();
 
   /**
    * Makes nest-lock log everything it logs on Redis: a forced unlock, the lease lost by it, an
@@ -53,7 +46,7 @@ describe('the logger option', () => {
     const appLogger = new RecordingLogger();
     const module = await Test.createTestingModule({
       imports: [
-        LockModule.forRoot({ redis: server.url, commandTimeout: 300, ...(logger === undefined ? {} : { logger }) }),
+        LockModule.forRoot({ redis: server().url, commandTimeout: 300, ...(logger === undefined ? {} : { logger }) }),
       ],
     })
       .setLogger(appLogger)
@@ -68,10 +61,10 @@ describe('the logger option', () => {
         },
         { ttl: 300 },
       );
-      await locks.withLock('released-in-outage', () => server.kill());
+      await locks.withLock('released-in-outage', () => server().kill());
       // The client tries to reconnect 100 ms after the drop; its failure is what is logged as the outage.
       await new Promise((resolve) => setTimeout(resolve, 1_000));
-      await server.restart();
+      await server().restart();
       // The client reconnects on its own; a lock taken afterwards shows that it did.
       let reconnected = false;
       while (!reconnected) {

@@ -1,6 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Redis } from 'ioredis';
-import { RedisServer } from './support/redis-server.js';
+import { describe, expect, it } from '@jest/globals';
+import { useRedisClient, useRedisServer } from './support/redis-server.js';
 import { runWorkers } from './support/workers.js';
 
 const PROCESSES = 4;
@@ -12,21 +11,13 @@ const SECTIONS = 25;
  * sections that overlap lose an update. 4 processes × 8 workers × 25 sections must count 800.
  */
 describe('mutual exclusion across processes', () => {
-  let server: RedisServer;
-  let redis: Redis;
-
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    redis = new Redis(server.url);
-  });
-  afterAll(async () => {
-    redis.disconnect();
-    await server.stop();
-  });
+  const server = useRedisServer();
+  /** Reads the counter the sections wrote. */
+  const redis = useRedisClient(server);
 
   async function runCriticalSections(key: string, mode: 'lock' | 'none') {
     const reports = await runWorkers<{ completed: number }>('critical-sections', PROCESSES, [
-      server.url,
+      server().url,
       key,
       PROCESSES,
       WORKERS,
@@ -35,7 +26,7 @@ describe('mutual exclusion across processes', () => {
     ]);
     return {
       completed: reports.reduce((sum, report) => sum + report.completed, 0),
-      counter: Number(await redis.get(`${key}:counter`)),
+      counter: Number(await redis().get(`${key}:counter`)),
     };
   }
 

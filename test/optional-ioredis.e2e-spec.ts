@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
-import { RedisServer } from './support/redis-server.js';
+import { useRedisServer } from './support/redis-server.js';
 
 const run = promisify(execFile);
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -72,19 +72,17 @@ const FORMATS = [
 ] as const;
 
 describe('ioredis, an optional peer dependency', () => {
-  let server: RedisServer;
+  const server = useRedisServer();
   let withoutIoredis: string;
   let withIoredis: string;
   let withBrokenIoredis: string;
 
   beforeAll(async () => {
-    server = await RedisServer.start();
     withoutIoredis = makeApp('absent');
     withIoredis = makeApp('linked');
     withBrokenIoredis = makeApp('broken');
   });
   afterAll(async () => {
-    await server?.stop();
     for (const app of [withoutIoredis, withIoredis, withBrokenIoredis])
       if (app) rmSync(app, { recursive: true, force: true });
   });
@@ -95,7 +93,7 @@ describe('ioredis, an optional peer dependency', () => {
   });
 
   it.each(FORMATS)('is asked for by name when %s application without it configures Redis', async (_format, main) => {
-    const failure = run(process.execPath, [main, server.url], { cwd: withoutIoredis, timeout: 20_000 });
+    const failure = run(process.execPath, [main, server().url], { cwd: withoutIoredis, timeout: 20_000 });
     await expect(failure).rejects.toMatchObject({
       code: 1,
       stdout: '',
@@ -106,7 +104,7 @@ describe('ioredis, an optional peer dependency', () => {
   });
 
   it.each(FORMATS)('fails %s application with its own error when its install is broken', async (_format, main) => {
-    const failure = run(process.execPath, [main, server.url], { cwd: withBrokenIoredis, timeout: 20_000 });
+    const failure = run(process.execPath, [main, server().url], { cwd: withBrokenIoredis, timeout: 20_000 });
     await expect(failure).rejects.toMatchObject({
       code: 1,
       stderr: expect.stringContaining("Cannot find module 'a-dependency-of-ioredis'") as unknown,
@@ -114,7 +112,7 @@ describe('ioredis, an optional peer dependency', () => {
   });
 
   it.each(FORMATS)('is loaded when %s application that has it configures Redis', async (_format, main) => {
-    const { stdout } = await run(process.execPath, [main, server.url], { cwd: withIoredis, timeout: 20_000 });
+    const { stdout } = await run(process.execPath, [main, server().url], { cwd: withIoredis, timeout: 20_000 });
     expect(stdout.trim()).toBe('ran');
   });
 });

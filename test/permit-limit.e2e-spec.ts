@@ -1,5 +1,5 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { RedisServer } from './support/redis-server.js';
+import { describe, expect, it } from '@jest/globals';
+import { useRedisServer } from './support/redis-server.js';
 import { runWorkers } from './support/workers.js';
 
 const PROCESSES = 4;
@@ -9,18 +9,11 @@ const LIMIT = 3;
 
 /** 4 processes × 8 workers share a semaphore of 3; each section counts who is inside with INCR / DECR. */
 describe('permit limit across processes', () => {
-  let server: RedisServer;
-
-  beforeAll(async () => {
-    server = await RedisServer.start();
-  });
-  afterAll(async () => {
-    await server.stop();
-  });
+  const server = useRedisServer();
 
   async function runSections(name: string, mode: 'semaphore' | 'none') {
     const reports = await runWorkers<{ completed: number; maxInside: number }>('permit-sections', PROCESSES, [
-      server.url,
+      server().url,
       name,
       PROCESSES,
       WORKERS,

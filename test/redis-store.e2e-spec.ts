@@ -1,7 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
 import { InvalidArgumentError, LockBackendError, LockStore } from 'nest-lock';
-import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, createLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
@@ -331,102 +330,5 @@ describe('LockService when Redis fails', () => {
       server.resume();
       await closeLockApp(app);
     }
-  });
-});
-
-describe('LockModule connections', () => {
-  let server: RedisServer;
-  let inspector: Redis;
-
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    inspector = new Redis(server.url, { connectionName: 'inspector' });
-  });
-  afterAll(async () => {
-    inspector.disconnect();
-    await server.stop();
-  });
-
-  async function clientCount(): Promise<number> {
-    const list = (await inspector.client('LIST')) as string;
-    return list
-      .trim()
-      .split('\n')
-      .filter((line) => !line.includes('name=inspector')).length;
-  }
-
-  it('closes the connection it opened when the application closes', async () => {
-    const app = await bootLockModule({ redis: server.url });
-    expect(await app.locks.isLocked('k')).toBe(false);
-    expect(await clientCount()).toBe(1);
-
-    await app.module.close();
-    expect(await clientCount()).toBe(0);
-    await expect(app.locks.isLocked('k')).rejects.toBeInstanceOf(LockBackendError);
-  });
-
-  it('closes within the command timeout when Redis is frozen at shutdown', async () => {
-    const app = await bootLockModule({ redis: server.url, commandTimeout: 300 });
-    expect(await app.locks.isLocked('k')).toBe(false);
-    server.pause();
-    try {
-      const started = performance.now();
-      await app.module.close();
-      expect(performance.now() - started).toBeLessThan(300 + 1_000);
-    } finally {
-      server.resume();
-    }
-    // The resumed server may answer CLIENT LIST before it handles the closed socket in the same loop.
-    const deadline = performance.now() + 2_000;
-    while ((await clientCount()) > 0 && performance.now() < deadline) await delay(20);
-    expect(await clientCount()).toBe(0);
-  });
-
-  it('leaves a client passed in by the user open', async () => {
-    const client = new Redis(server.url);
-    await once(client, 'ready');
-    const app = await bootLockModule({ redis: client });
-    const lock = await app.locks.lock(uniqueKey());
-    await lock.unlock();
-
-    await app.module.close();
-    expect(client.status).toBe('ready');
-    expect(await client.ping()).toBe('PONG');
-    client.disconnect();
-  });
-
-  describe('concurrent calls', () => {
-    /** Reads the server made from its clients' sockets since it started (INFO stats). */
-    async function readsProcessed(): Promise<number> {
-      const stats = await inspector.info('stats');
-      return Number(/total_reads_processed:(\d+)/.exec(stats)![1]);
-    }
-
-    /** Socket reads the server made while `calls` ran; the inspector's own INFO is one of them. */
-    async function readsDuring(calls: () => Promise<unknown>): Promise<number> {
-      const before = await readsProcessed();
-      await calls();
-      return (await readsProcessed()) - before;
-    }
-
-    it('share one write: 16 attempts made in one tick reach Redis in one read, not 16', async () => {
-      const app = await bootLockModule({ redis: server.url });
-      try {
-        const keys = Array.from({ length: 16 }, () => uniqueKey('shared-write'));
-        // The script is in the server's cache from here on: no NOSCRIPT round trip below.
-        await app.locks.tryLock(uniqueKey('warm-up'));
-
-        const concurrent = await readsDuring(() => Promise.all(keys.map((key) => app.locks.tryLock(key))));
-        // Control: the same attempts one after another are one read each, so the count can show them.
-        const serial = await readsDuring(async () => {
-          for (const key of keys) await app.locks.tryLock(key);
-        });
-
-        expect(serial).toBeGreaterThanOrEqual(16);
-        expect(concurrent).toBeLessThanOrEqual(3);
-      } finally {
-        await app.module.close();
-      }
-    });
   });
 });

@@ -2,18 +2,8 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Test } from '@nestjs/testing';
 import { Cluster, Redis } from 'ioredis';
 import { InvalidArgumentError, LockModule, type LockModuleOptions } from 'nest-lock';
+import { bootstrapError } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
-
-/** What bootstrapping a module failed with; a module that boots is closed again. */
-async function bootstrapError(imported: ReturnType<typeof LockModule.forRoot>): Promise<unknown> {
-  try {
-    const module = await Test.createTestingModule({ imports: [imported] }).compile();
-    await module.close();
-    return undefined;
-  } catch (error) {
-    return error;
-  }
-}
 
 /**
  * `LockModule.forRoot({ redlock })`'s options are refused at bootstrap with `InvalidArgumentError`,
@@ -178,7 +168,7 @@ describe('redlock options', () => {
 
   it.each(refused)('refuses %s with InvalidArgumentError, before connecting', async (_, options, argument, message) => {
     const before = await connectedClients();
-    const error = await bootstrapError(LockModule.forRoot(options()));
+    const error = await bootstrapError(options());
     expect(error).toBeInstanceOf(InvalidArgumentError);
     expect((error as InvalidArgumentError).argument).toBe(argument);
     expect((error as Error).message).toMatch(message);
@@ -201,9 +191,7 @@ describe('redlock options', () => {
       (name) => new Redis({ sentinels: [{ host: '127.0.0.1', port: 1 }], name, lazyConnect: true }),
     );
     try {
-      const error = await bootstrapError(
-        LockModule.forRoot({ redlock: { nodes: behindSentinels, quarantine: 0 }, logger: false }),
-      );
+      const error = await bootstrapError({ redlock: { nodes: behindSentinels, quarantine: 0 }, logger: false });
       expect(error).toBeUndefined();
     } finally {
       behindSentinels.forEach((client) => client.disconnect());
@@ -212,7 +200,7 @@ describe('redlock options', () => {
 
   it('refuses a cluster client as a node', async () => {
     const cluster = new Cluster([{ host: '127.0.0.1', port: server.port }], { lazyConnect: true });
-    const error = await bootstrapError(LockModule.forRoot({ redlock: { nodes: [cluster as never] } }));
+    const error = await bootstrapError({ redlock: { nodes: [cluster as never] } });
     expect(error).toBeInstanceOf(InvalidArgumentError);
     expect((error as Error).message).toMatch(/not a cluster/);
     expect(cluster.status).toBe('wait');
@@ -221,7 +209,7 @@ describe('redlock options', () => {
 
   it('refuses the cluster option as a node', async () => {
     const node = { cluster: { nodes: [`redis://127.0.0.1:${server.port}`] } };
-    const error = await bootstrapError(LockModule.forRoot({ redlock: { nodes: [node as never] } }));
+    const error = await bootstrapError({ redlock: { nodes: [node as never] } });
     expect(error).toBeInstanceOf(InvalidArgumentError);
     expect(error).toMatchObject({ argument: 'redlock.nodes[0]', message: expect.stringMatching(/not a cluster/) });
   });

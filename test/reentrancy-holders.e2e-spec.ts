@@ -1,19 +1,13 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import {
-  LockModule,
-  LockService,
-  LockTimeoutError,
-  Semaphore,
-  SemaphoreService,
-  SemaphoreTimeoutError,
-  WithLock,
-} from 'nest-lock';
+import { LockTimeoutError, Semaphore, SemaphoreTimeoutError, WithLock } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { deferred } from './support/deferred.js';
-import { type LockApp, STORE_KINDS, uniqueKey } from './support/lock-app.js';
-import { RedisServer } from './support/redis-server.js';
+import { bootLockModule, closeLockApp, type LockApp, STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
+import { errorOf } from './support/outcomes.js';
+import { lockKeyOf } from './support/redis-keys.js';
+import { RedisServer, useRedisClient, useRedisServer } from './support/redis-server.js';
+import { heldAfter } from './support/timing.js';
 
 /** Fixed by the decorator at class definition; every test that uses it waits until its permit is given back. */
 const EXPORTS_SEMAPHORE = 'reentrancy-holders.exports';
@@ -67,15 +61,6 @@ class ReportJobs {
   }
 }
 
-async function bootApp(redis: string | undefined): Promise<LockApp> {
-  const module = await Test.createTestingModule({
-    imports: [LockModule.forRoot(redis === undefined ? {} : { redis })],
-    providers: [ReportJobs],
-  }).compile();
-  await module.init();
-  return { locks: module.get(LockService), semaphores: module.get(SemaphoreService), module };
-}
-
 /**
  * Re-entrancy counts holders: a nested withLock / withPermit / decorated call on the same key that is
  * started and not awaited still holds the lease after the outer block returned, and the lease is given
@@ -90,8 +75,8 @@ describe.each(STORE_KINDS)('holders of one lease on the %s store', (kind) => {
 
   beforeAll(async () => {
     server = kind === 'redis' ? await RedisServer.start() : undefined;
-    app = await bootApp(server?.url);
-    otherApp = server ? await bootApp(server.url) : undefined;
+    app = await bootLockModule(server ? { redis: server.url } : {}, [ReportJobs]);
+    otherApp = server ? await bootLockModule({ redis: server.url }, [ReportJobs]) : undefined;
     jobs = app.module.get(ReportJobs);
   });
   afterAll(async () => {
@@ -282,5 +267,143 @@ describe.each(STORE_KINDS)('holders of one lease on the %s store', (kind) => {
       await nestedRun;
       expect(await app.semaphores.count(EXPORTS_SEMAPHORE)).toBe(0);
     });
+  });
+});
+
+/*
+ * Found by an outside review: re-entrancy belongs to one application and one lease. Each case failed
+ * before its fix.
+ */
+
+describe('two LockModule applications in one process each have their own re-entrancy', () => {
+  const server = useRedisServer();
+  /** A plain client beside the library, to look at what it wrote. */
+  const redis = useRedisClient(server);
+
+  it("tenant B's withLock inside tenant A's withLock takes tenant B's own lock (another keyPrefix on one Redis)", async () => {
+    const tenantA = await bootLockModule({ redis: server().url, keyPrefix: 'tenantA:' });
+    const tenantB = await bootLockModule({ redis: server().url, keyPrefix: 'tenantB:' });
+    // Another pod of tenant B.
+    const tenantBPod = await bootLockModule({ redis: server().url, keyPrefix: 'tenantB:' });
+    try {
+      const key = uniqueKey('report');
+      const seen = await tenantA.locks.withLock(key, () =>
+        tenantB.locks.withLock(key, async (lock) => {
+          const intruder = await tenantBPod.locks.tryLock(key);
+          await intruder?.unlock();
+          return {
+            anotherTenantBPodGotIt: intruder !== null,
+            tenantBKeyHeldByThisLock: (await redis().get(lockKeyOf(key, 'tenantB:'))) === lock.token,
+          };
+        }),
+      );
+      expect(seen).toEqual({ anotherTenantBPodGotIt: false, tenantBKeyHeldByThisLock: true });
+    } finally {
+      for (const app of [tenantBPod, tenantB, tenantA]) await closeLockApp(app);
+    }
+  });
+
+  it("with the same Redis and prefix, the other application's withLock inside a withLock is another owner", async () => {
+    const first = await bootLockModule({ redis: server().url });
+    const second = await bootLockModule({ redis: server().url });
+    try {
+      const key = uniqueKey('report');
+      let ranBesideTheHolder = false;
+      const nested = await first.locks.withLock(key, () =>
+        errorOf(
+          second.locks.withLock(
+            key,
+            () => {
+              ranBesideTheHolder = true;
+            },
+            { timeout: 0 },
+          ),
+        ),
+      );
+      expect(nested).toBeInstanceOf(LockTimeoutError);
+      expect(ranBesideTheHolder).toBe(false);
+    } finally {
+      await closeLockApp(second);
+      await closeLockApp(first);
+    }
+  });
+
+  it("on the memory store, another application's withLock inside a withLock takes that application's own lock", async () => {
+    const tenantA = await bootLockModule({});
+    const tenantB = await bootLockModule({});
+    try {
+      const key = uniqueKey('report');
+      const seen = await tenantA.locks.withLock(key, () =>
+        tenantB.locks.withLock(key, async () => {
+          const intruder = await tenantB.locks.tryLock(key);
+          await intruder?.unlock();
+          return { lockedInTenantB: await tenantB.locks.isLocked(key), anotherOwnerOfTenantBGotIt: intruder !== null };
+        }),
+      );
+      expect(seen).toEqual({ lockedInTenantB: true, anotherOwnerOfTenantBGotIt: false });
+    } finally {
+      await closeLockApp(tenantB);
+      await closeLockApp(tenantA);
+    }
+  });
+});
+
+describe.each(STORE_KINDS)(
+  'a nested withLock that outlives an outer withLock without autoExtend (%s store)',
+  (kind) => {
+    /** On the memory store `other` is `app` itself: lock() and tryLock() are never re-entrant. */
+    const apps = useLockApps(kind, 2);
+
+    it('no other owner gets the key while the nested routine runs, several ttls past the outer one', async () => {
+      const [app, other] = apps();
+      const key = uniqueKey('outlived');
+      let nestedDone = false;
+      let nested!: Promise<void>;
+      await app.locks.withLock(
+        key,
+        () => {
+          nested = app.locks
+            .withLock(key, () => delay(800))
+            .then(() => {
+              nestedDone = true;
+            });
+        },
+        { ttl: 150, autoExtend: false },
+      );
+
+      const intrusions: number[] = [];
+      for (let i = 0; i < 14 && !nestedDone; i++) {
+        await delay(50);
+        const intruder = await other.locks.tryLock(key);
+        if (intruder === null) continue;
+        if (!nestedDone) intrusions.push(i * 50);
+        await intruder.unlock();
+      }
+      await nested;
+      expect(intrusions).toEqual([]);
+      expect(await heldAfter(() => app.locks.isLocked(key), 1_000)).toBe(false);
+    });
+  },
+);
+
+describe.each(STORE_KINDS)("a nested withLock's unlock() inside withLock (%s store)", (kind) => {
+  /** On the memory store `other` is `app` itself: lock() and tryLock() are never re-entrant. */
+  const apps = useLockApps(kind, 2);
+
+  it("does not free the outer holder's lease", async () => {
+    const [app, other] = apps();
+    const key = uniqueKey('account');
+    const seen = await app.locks.withLock(key, async (outer) => {
+      await app.locks.withLock(key, (inner) => inner.unlock());
+      const intruder = await other.locks.tryLock(key);
+      await intruder?.unlock();
+      return {
+        anotherOwnerGotIt: intruder !== null,
+        outerStillValid: outer.validity > 0,
+        locked: await app.locks.isLocked(key),
+      };
+    });
+    expect(seen).toEqual({ anotherOwnerGotIt: false, outerStillValid: true, locked: true });
+    expect(await app.locks.isLocked(key)).toBe(false);
   });
 });

@@ -1,14 +1,7 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { describe, expect, it } from '@jest/globals';
 import type { Permit } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
-import {
-  bootLockModule,
-  closeLockApp,
-  createLockApp,
-  type LockApp,
-  STORE_KINDS,
-  uniqueKey,
-} from './support/lock-app.js';
+import { type LockApp, STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
 
 /**
  * Callers of one semaphore name with different limits (a rolling deploy that lowers a limit): each
@@ -17,21 +10,11 @@ import {
  * release, a release of its own process).
  */
 describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
-  let app: LockApp;
-  /** Two more applications on the same server (other processes, as far as Redis can tell); the same app in memory. */
-  let second: LockApp;
-  let third: LockApp;
-
-  beforeAll(async () => {
-    app = await createLockApp(kind);
-    second = kind === 'redis' ? await bootLockModule({ redis: app.server!.url }) : app;
-    third = kind === 'redis' ? await bootLockModule({ redis: app.server!.url }) : app;
-  });
-  afterAll(async () => {
-    if (third !== app) await closeLockApp(third);
-    if (second !== app) await closeLockApp(second);
-    await closeLockApp(app);
-  });
+  /** Three applications on one server (other processes, as far as Redis can tell); the same app in memory. */
+  const apps = useLockApps(kind, 3);
+  const app = () => apps()[0];
+  const second = () => apps()[1];
+  const third = () => apps()[2];
 
   /** A fair wait for a permit (limit `limit`) that records how many permits were held right after its grant. */
   function waitFor(from: LockApp, name: string, limit: number) {
@@ -39,7 +22,7 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
     const done = from.semaphores.acquire(name, limit, { timeout: 4_000, maxStep: 100 }).then(
       async (permit) => {
         state.permit = permit;
-        state.heldAtGrant = await app.semaphores.count(name);
+        state.heldAtGrant = await app().semaphores.count(name);
       },
       (error: unknown) => {
         state.error = error;
@@ -50,11 +33,11 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
 
   it('never hands a waiting caller a permit beyond its own limit when a caller with a higher limit arrives', async () => {
     const name = uniqueKey('lowered-on-arrival');
-    const holder = await app.semaphores.acquire(name, 1);
-    const waiter = waitFor(second, name, 1);
+    const holder = await app().semaphores.acquire(name, 1);
+    const waiter = waitFor(second(), name, 1);
     await delay(100);
 
-    const higher = await third.semaphores.tryAcquire(name, 3);
+    const higher = await third().semaphores.tryAcquire(name, 3);
     await delay(200);
 
     // The waiter may only hold a permit alone (its limit is 1).
@@ -69,13 +52,13 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
   });
 
   it.each([
-    ['another process', () => second],
-    ['the holder’s own process', () => app],
+    ['another process', second],
+    ['the holder’s own process', app],
   ])('never hands a permit freed by a release to a waiter (in %s) beyond its own limit', async (_, waiterApp) => {
     const name = uniqueKey('lowered-on-release');
-    const holder = await app.semaphores.acquire(name, 1);
-    const higher = await third.semaphores.acquire(name, 3);
-    expect(await app.semaphores.count(name)).toBe(2);
+    const holder = await app().semaphores.acquire(name, 1);
+    const higher = await third().semaphores.acquire(name, 3);
+    expect(await app().semaphores.count(name)).toBe(2);
     const waiter = waitFor(waiterApp(), name, 1);
     await delay(100);
 
@@ -93,10 +76,10 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
 
   it('lets a waiter with a higher limit in beside holders of a lower one, as its limit allows', async () => {
     const name = uniqueKey('raised');
-    const holder = await app.semaphores.acquire(name, 1);
-    const waiter = waitFor(second, name, 1);
+    const holder = await app().semaphores.acquire(name, 1);
+    const waiter = waitFor(second(), name, 1);
     await delay(100);
-    const higher = waitFor(third, name, 3);
+    const higher = waitFor(third(), name, 3);
     await delay(100);
 
     // The first waiter (limit 1) goes first once the holder leaves; the one behind it (limit 3) fits beside it.
@@ -104,7 +87,7 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
     await Promise.all([waiter.done, higher.done]);
     expect(waiter.state.permit).toBeDefined();
     expect(higher.state.permit).toBeDefined();
-    expect(await app.semaphores.count(name)).toBe(2);
+    expect(await app().semaphores.count(name)).toBe(2);
     await waiter.state.permit?.release();
     await higher.state.permit?.release();
   });

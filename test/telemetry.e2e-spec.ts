@@ -21,7 +21,7 @@ import {
   LockTimeoutError,
   SemaphoreService,
 } from 'nest-lock';
-import { freePort, RedisServer } from './support/redis-server.js';
+import { freePort, useRedisServer } from './support/redis-server.js';
 
 const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
 // Exports only when flushed: each test reads what it did by forceFlush().
@@ -62,8 +62,10 @@ function acquireSpans(key: string): ReadableSpan[] {
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
+/** Stopped after the module below has closed: Jest runs an inner block's afterAll hooks first. */
+const server = useRedisServer();
+
 describe('OpenTelemetry', () => {
-  let server: RedisServer;
   let module: TestingModule;
   let locks: LockService;
   let semaphores: SemaphoreService;
@@ -78,12 +80,10 @@ describe('OpenTelemetry', () => {
     // As an application does: the SDK is registered before the module starts.
     metrics.setGlobalMeterProvider(meterProvider);
     trace.setGlobalTracerProvider(tracerProvider);
-    server = await RedisServer.start();
-    await start({ redis: server.url });
+    await start({ redis: server().url });
   });
   afterAll(async () => {
     await module.close();
-    await server.stop();
     await meterProvider.shutdown();
     await tracerProvider.shutdown();
     metrics.disable();

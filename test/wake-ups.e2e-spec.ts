@@ -1,11 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Redis } from 'ioredis';
+import { describe, expect, it } from '@jest/globals';
 import { type Lock, LockStore, RedisStore } from 'nest-lock';
-import { type ChildProcess, spawn } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import type { ChildProcess } from 'node:child_process';
 import { setTimeout as delay } from 'node:timers/promises';
-import { bootLockModule, closeLockApp, type LockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
-import { RedisServer } from './support/redis-server.js';
+import { bootLockModule, closeLockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
+import { useRedisClient } from './support/redis-server.js';
+import { spawnWorker, workerExited } from './support/workers.js';
 import { lockKind, semaphoreKind } from './support/kinds.js';
 
 /** Resolves with the lock and how long after `since` it was granted. */
@@ -15,28 +14,18 @@ async function grantedAfter<L = Lock>(lease: Promise<L>, since: () => number): P
 }
 
 describe('wake-ups and fair order on Redis', () => {
-  let server: RedisServer;
-  let app: LockApp;
-  let redis: Redis;
+  const app = useLockApp('redis', { commandTimeout: 200 });
+  const server = () => app().server!;
+  /** A plain client beside the library, to watch its keys and channels. */
+  const redis = useRedisClient(server);
 
-  beforeAll(async () => {
-    server = await RedisServer.start();
-    app = await bootLockModule({ redis: server.url, commandTimeout: 200 });
-    redis = new Redis(server.url);
-  });
-  afterAll(async () => {
-    redis.disconnect();
-    await closeLockApp(app);
-    await server.stop();
-  });
-
-  const store = () => app.module.get<RedisStore>(LockStore);
+  const store = () => app().module.get<RedisStore>(LockStore);
   /** Scripts the server ran by SHA so far (every attempt and release is one). */
   async function evalshaCalls(): Promise<number> {
-    const stats = await redis.info('commandstats');
+    const stats = await redis().info('commandstats');
     return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0);
   }
-  const lineLength = async (key: string) => redis.zcard(store().keysOf(lockKind, key)[2]);
+  const lineLength = async (key: string) => redis().zcard(store().keysOf(lockKind, key)[2]);
   async function untilInLine(key: string, waiters: number): Promise<void> {
     const deadline = performance.now() + 10_000;
     while ((await lineLength(key)) < waiters) {
@@ -49,7 +38,7 @@ describe('wake-ups and fair order on Redis', () => {
   async function untilSubscribers(channel: string, subscribers: number): Promise<unknown[]> {
     const deadline = performance.now() + 5_000;
     for (;;) {
-      const numsub = await redis.pubsub('NUMSUB', channel);
+      const numsub = await redis().pubsub('NUMSUB', channel);
       if (numsub[1] === subscribers || performance.now() > deadline) return numsub;
       await delay(10);
     }
@@ -57,9 +46,9 @@ describe('wake-ups and fair order on Redis', () => {
 
   it.each([true, false])('wakes a waiter on release, long before its backoff step ends (fair: %s)', async (fair) => {
     const key = uniqueKey('wake');
-    const holder = await app.locks.lock(key);
+    const holder = await app().locks.lock(key);
     let releasedAt = Infinity;
-    const waiter = grantedAfter(app.locks.lock(key, { fair, step: 3_000, maxStep: 3_000 }), () => releasedAt);
+    const waiter = grantedAfter(app().locks.lock(key, { fair, step: 3_000, maxStep: 3_000 }), () => releasedAt);
     await delay(300); // the waiter is subscribed and asleep for 3 s
 
     releasedAt = performance.now();
@@ -72,29 +61,29 @@ describe('wake-ups and fair order on Redis', () => {
 
   it('hands the lock straight to the first fair waiter: it holds it before attempting again', async () => {
     const key = uniqueKey('handover');
-    const holder = await app.locks.lock(key);
-    const waiter = app.locks.lock(key, { step: 3_000, maxStep: 3_000 });
+    const holder = await app().locks.lock(key);
+    const waiter = app().locks.lock(key, { step: 3_000, maxStep: 3_000 });
     await untilInLine(key, 1);
 
     expect(await holder.unlock()).toBe(true);
     // The release set the key to the waiter's token and told it so.
     const lock = await waiter;
-    expect(await redis.get(store().keysOf(lockKind, key)[0])).toBe(lock.token);
+    expect(await redis().get(store().keysOf(lockKind, key)[0])).toBe(lock.token);
     expect(lock.fence).toBeGreaterThan(holder.fence);
     expect(lock.validity).toBeGreaterThan(0);
     // The handover lease is short: the new holder extends it to its own ttl.
-    await delay(app.module.get<RedisStore>(LockStore).handoverLease + 200);
-    expect(await redis.pttl(store().keysOf(lockKind, key)[0])).toBeGreaterThan(20_000);
+    await delay(app().module.get<RedisStore>(LockStore).handoverLease + 200);
+    expect(await redis().pttl(store().keysOf(lockKind, key)[0])).toBeGreaterThan(20_000);
     await lock.unlock();
   });
 
   it('keeps a waiter asleep until it is told: no polling while its channel is subscribed', async () => {
     // (Before the test that kills the subscriber: while it reconnects, waiters poll with their step.)
     const key = uniqueKey('asleep');
-    const holder = await app.locks.lock(key);
+    const holder = await app().locks.lock(key);
     const attemptsBefore = await evalshaCalls();
     // With a step of 1 ms that never grows, a polling waiter would attempt about 1,500 times in 1.5 s.
-    const waiter = app.locks.lock(key, { step: 1, ratio: 1, maxStep: 500 });
+    const waiter = app().locks.lock(key, { step: 1, ratio: 1, maxStep: 500 });
     await delay(1_500);
     await holder.unlock();
     const lock = await waiter;
@@ -108,13 +97,13 @@ describe('wake-ups and fair order on Redis', () => {
 
   it('still grants the lock within one step when the wake-up message is lost (subscriber killed)', async () => {
     const key = uniqueKey('lost-message');
-    const holder = await app.locks.lock(key);
+    const holder = await app().locks.lock(key);
     let releasedAt = Infinity;
-    const waiter = grantedAfter(app.locks.lock(key, { step: 1, maxStep: 300 }), () => releasedAt);
+    const waiter = grantedAfter(app().locks.lock(key, { step: 1, maxStep: 300 }), () => releasedAt);
     await untilInLine(key, 1);
     await delay(700); // its step has grown to maxStep
 
-    await redis.call('CLIENT', 'KILL', 'TYPE', 'pubsub');
+    await redis().call('CLIENT', 'KILL', 'TYPE', 'pubsub');
     releasedAt = performance.now();
     await holder.unlock();
     const { lock, after } = await waiter;
@@ -130,14 +119,14 @@ describe('wake-ups and fair order on Redis', () => {
       // The first wait subscribes; it ends as soon as the subscription stands.
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0);
       // A release hands the lock over while no wait is in progress.
-      await redis.publish(store().channelOf(lockKind, key), 'the-waiter 42');
+      await redis().publish(store().channelOf(lockKind, key), 'the-waiter 42');
       await delay(100);
       const started = performance.now();
 
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(42);
       expect(performance.now() - started).toBeLessThan(1_000);
       // Other waiters' handovers are not kept for it.
-      await redis.publish(store().channelOf(lockKind, key), 'someone-else 43');
+      await redis().publish(store().channelOf(lockKind, key), 'someone-else 43');
       await delay(100);
       expect(await turn.wait({ limit: 200, step: 200 })).toBe(0);
     } finally {
@@ -150,12 +139,12 @@ describe('wake-ups and fair order on Redis', () => {
   // left, the sets ran out under a waiter still waiting, and the release found nobody to wake.
   it('keeps a patient waiter in line after a hastier one joined and left: the release still wakes it', async () => {
     const key = uniqueKey('hasty-waiter');
-    const holders = await bootLockModule({ redis: server.url });
-    const hasty = await bootLockModule({ redis: server.url, commandTimeout: 100 });
+    const holders = await bootLockModule({ redis: server().url });
+    const hasty = await bootLockModule({ redis: server().url, commandTimeout: 100 });
     try {
       const holder = await holders.locks.lock(key);
       let releasedAt = Infinity;
-      const patient = grantedAfter(app.locks.lock(key, { step: 5_000, maxStep: 5_000 }), () => releasedAt);
+      const patient = grantedAfter(app().locks.lock(key, { step: 5_000, maxStep: 5_000 }), () => releasedAt);
       await untilInLine(key, 1);
       // Alive for 2 × (50 + 100) ms after each attempt; it gives up after 150 ms.
       await expect(hasty.locks.lock(key, { timeout: 150, step: 50, maxStep: 50 })).rejects.toThrow();
@@ -174,10 +163,10 @@ describe('wake-ups and fair order on Redis', () => {
 
   it("grants the lock soon after the holder's lease simply runs out, without a release", async () => {
     const key = uniqueKey('expired-holder');
-    await app.locks.lock(key, { ttl: 300 });
+    await app().locks.lock(key, { ttl: 300 });
     const started = performance.now();
 
-    const lock = await app.locks.lock(key, { step: 5_000, maxStep: 5_000 });
+    const lock = await app().locks.lock(key, { step: 5_000, maxStep: 5_000 });
 
     expect(performance.now() - started).toBeLessThan(1_500);
     await lock.unlock();
@@ -189,8 +178,8 @@ describe('wake-ups and fair order on Redis', () => {
     const key = uniqueKey('expired-local-holder');
     for (let round = 0; round < 2; round++) {
       const started = performance.now();
-      const holder = app.locks.lock(key, { ttl: 300 });
-      const waiter = app.locks.lock(key, { ttl: 300, step: 5_000, maxStep: 5_000 });
+      const holder = app().locks.lock(key, { ttl: 300 });
+      const waiter = app().locks.lock(key, { ttl: 300, step: 5_000, maxStep: 5_000 });
       await holder; // never unlocked
       const lock = await waiter;
 
@@ -209,12 +198,12 @@ describe('wake-ups and fair order on Redis', () => {
     'gives a lock being handed to a waiter %s that aborts back at once, to the next in line',
     async (_, where) => {
       const key = uniqueKey('abort-handover');
-      const holders = where === 'same' ? app : await bootLockModule({ redis: server.url });
-      const other = await bootLockModule({ redis: server.url });
+      const holders = where === 'same' ? app() : await bootLockModule({ redis: server().url });
+      const other = await bootLockModule({ redis: server().url });
       try {
         const holder = await holders.locks.lock(key);
         const quitter = new AbortController();
-        const first = app.locks.lock(key, { signal: quitter.signal, step: 3_000, maxStep: 3_000 });
+        const first = app().locks.lock(key, { signal: quitter.signal, step: 3_000, maxStep: 3_000 });
         first.catch(() => undefined);
         await untilInLine(key, 1);
         let releasedAt = Infinity;
@@ -234,39 +223,39 @@ describe('wake-ups and fair order on Redis', () => {
         await lock.unlock();
       } finally {
         await closeLockApp(other);
-        if (holders !== app) await closeLockApp(holders);
+        if (holders !== app()) await closeLockApp(holders);
       }
     },
   );
 
   it('serves waiters of several processes in the order they arrived', async () => {
     const key = uniqueKey('order');
-    const holder = await app.locks.lock(key);
+    const holder = await app().locks.lock(key);
     const labels = ['first', 'second', 'third', 'fourth'];
     const children: ChildProcess[] = [];
     for (const [i, label] of labels.entries()) {
-      children.push(spawnWorker('line-up', [server.url, key, label, 'fair']));
+      children.push(spawnWorker('line-up', [server().url, key, label, 'fair']));
       await untilInLine(key, i + 1);
     }
 
     await holder.unlock();
-    await Promise.all(children.map(exited));
+    await Promise.all(children.map(workerExited));
 
-    expect(await redis.lrange(`${key}:granted`, 0, -1)).toEqual(labels);
+    expect(await redis().lrange(`${key}:granted`, 0, -1)).toEqual(labels);
   });
 
   it('passes the lock from one waiter of a process to the next in the release itself: no message, one script per section', async () => {
     const key = uniqueKey('local-pass');
     const messages: string[] = [];
-    const listener = redis.duplicate();
+    const listener = redis().duplicate();
     try {
       await listener.subscribe(store().channelOf(lockKind, key));
       listener.on('message', (_channel: string, message: string) => messages.push(message));
-      const holder = await app.locks.lock(key);
+      const holder = await app().locks.lock(key);
       const sections = 20;
       const order: number[] = [];
       const waiters = Array.from({ length: sections }, (_, i) =>
-        app.locks.withLock(key, async () => {
+        app().locks.withLock(key, async () => {
           order.push(i);
           await delay(1);
         }),
@@ -289,7 +278,7 @@ describe('wake-ups and fair order on Redis', () => {
 
   it('gives waiters of one process free permits at once while the semaphore has room', async () => {
     const name = uniqueKey('room');
-    await app.semaphores.withPermit(name, 4, () => undefined); // the wake-up channel is subscribed from here on
+    await app().semaphores.withPermit(name, 4, () => undefined); // the wake-up channel is subscribed from here on
     const started = performance.now();
     let inside = 0;
     let allInside!: () => void;
@@ -297,7 +286,7 @@ describe('wake-ups and fair order on Redis', () => {
     // Each holds its permit until all three are inside: a waiter held back (e.g. waiting for a pass
     // from a holder of its process) would wait maxStep.
     const holders = Array.from({ length: 3 }, () =>
-      app.semaphores.withPermit(
+      app().semaphores.withPermit(
         name,
         4,
         () => {
@@ -312,17 +301,20 @@ describe('wake-ups and fair order on Redis', () => {
   });
 
   it('grants a permit another process frees to a waiter queued behind others in a process that holds permits', async () => {
-    const other = await bootLockModule({ redis: server.url, commandTimeout: 200 });
+    const other = await bootLockModule({ redis: server().url, commandTimeout: 200 });
     try {
       const name = uniqueKey('freed-elsewhere');
       const elsewhere = [await other.semaphores.acquire(name, 3), await other.semaphores.acquire(name, 3)];
-      const mine = await app.semaphores.acquire(name, 3);
+      const mine = await app().semaphores.acquire(name, 3);
       // The semaphore is full: the second waiter here is refused and stands in Redis's line, the
       // third queues here behind it, in a process that holds permits.
-      const second = app.semaphores.acquire(name, 3, { timeout: 20_000 });
+      const second = app().semaphores.acquire(name, 3, { timeout: 20_000 });
       let freedAt = Infinity;
-      const third = grantedAfter(app.semaphores.acquire(name, 3, { timeout: 20_000, maxStep: 10_000 }), () => freedAt);
-      while ((await redis.zcard(store().keysOf(semaphoreKind, name)[2])) < 1) await delay(10);
+      const third = grantedAfter(
+        app().semaphores.acquire(name, 3, { timeout: 20_000, maxStep: 10_000 }),
+        () => freedAt,
+      );
+      while ((await redis().zcard(store().keysOf(semaphoreKind, name)[2])) < 1) await delay(10);
       await elsewhere[0].release(); // handed to `second`, first in Redis's line
       const secondPermit = await second;
       await delay(100);
@@ -340,28 +332,28 @@ describe('wake-ups and fair order on Redis', () => {
 
   it("serves a waiter of another process that arrived before a waiter of the holder's process first", async () => {
     const key = uniqueKey('cohort-order');
-    const holder = await app.locks.lock(key);
-    const remote = spawnWorker('line-up', [server.url, key, 'remote', 'fair']);
+    const holder = await app().locks.lock(key);
+    const remote = spawnWorker('line-up', [server().url, key, 'remote', 'fair']);
     await untilInLine(key, 1);
     // Arrives after the holder took the lock and after the remote waiter: no pass ahead of the line.
-    const local = app.locks.withLock(key, () => redis.rpush(`${key}:granted`, 'local'));
+    const local = app().locks.withLock(key, () => redis().rpush(`${key}:granted`, 'local'));
     await untilInLine(key, 2);
 
     await holder.unlock();
-    await Promise.all([exited(remote), local]);
+    await Promise.all([workerExited(remote), local]);
 
-    expect(await redis.lrange(`${key}:granted`, 0, -1)).toEqual(['remote', 'local']);
+    expect(await redis().lrange(`${key}:granted`, 0, -1)).toEqual(['remote', 'local']);
   });
 
   it('hands a lock to a waiter whose token waits for another lock too (a token option on two calls)', async () => {
     const [k1, k2] = [uniqueKey('shared-token-1'), uniqueKey('shared-token-2')];
-    const other = await bootLockModule({ redis: server.url });
+    const other = await bootLockModule({ redis: server().url });
     try {
       const holders = [await other.locks.lock(k1), await other.locks.lock(k2)];
       const token = `shared-${Date.now()}`;
       let releasedAt = Infinity;
-      const first = grantedAfter(app.locks.lock(k1, { token, step: 8_000, maxStep: 8_000 }), () => releasedAt);
-      const second = app.locks.lock(k2, { token, step: 8_000, maxStep: 8_000 });
+      const first = grantedAfter(app().locks.lock(k1, { token, step: 8_000, maxStep: 8_000 }), () => releasedAt);
+      const second = app().locks.lock(k2, { token, step: 8_000, maxStep: 8_000 });
       await untilInLine(k1, 1);
       await untilInLine(k2, 1);
 
@@ -380,12 +372,12 @@ describe('wake-ups and fair order on Redis', () => {
 
   it('hands a lock by message to a waiter whose own token has spaces in it', async () => {
     const key = uniqueKey('spaced-token');
-    const other = await bootLockModule({ redis: server.url });
+    const other = await bootLockModule({ redis: server().url });
     try {
       const holder = await other.locks.lock(key);
       let releasedAt = Infinity;
       const token = `a waiter's token ${Date.now()}`;
-      const waiter = grantedAfter(app.locks.lock(key, { token, step: 8_000, maxStep: 8_000 }), () => releasedAt);
+      const waiter = grantedAfter(app().locks.lock(key, { token, step: 8_000, maxStep: 8_000 }), () => releasedAt);
       await untilInLine(key, 1);
 
       releasedAt = performance.now();
@@ -403,10 +395,13 @@ describe('wake-ups and fair order on Redis', () => {
 
   it("never takes a handover to the token 'x ' for one to the token 'x' (two holders at once)", async () => {
     const key = uniqueKey('trailing-space');
-    const [holders, third] = [await bootLockModule({ redis: server.url }), await bootLockModule({ redis: server.url })];
+    const [holders, third] = [
+      await bootLockModule({ redis: server().url }),
+      await bootLockModule({ redis: server().url }),
+    ];
     try {
       const holder = await holders.locks.lock(key);
-      const spaced = app.locks.lock(key, { token: 'x ', step: 8_000, maxStep: 8_000 });
+      const spaced = app().locks.lock(key, { token: 'x ', step: 8_000, maxStep: 8_000 });
       await untilInLine(key, 1);
       let plainGranted = false;
       const plain = third.locks.lock(key, { token: 'x', step: 8_000, maxStep: 8_000 }).then((lock) => {
@@ -419,7 +414,7 @@ describe('wake-ups and fair order on Redis', () => {
       const first = await spaced;
       await delay(200); // a misread message would have granted 'x' by now
       expect(plainGranted).toBe(false);
-      expect(await redis.get(store().keysOf(lockKind, key)[0])).toBe('x ');
+      expect(await redis().get(store().keysOf(lockKind, key)[0])).toBe('x ');
 
       expect(await first.unlock()).toBe(true);
       const second = await plain;
@@ -432,13 +427,13 @@ describe('wake-ups and fair order on Redis', () => {
 
   it('returns a lock handed to a waiter that died to the line within a short bound, not a ttl', async () => {
     const key = uniqueKey('dead-waiter');
-    const holder = await app.locks.lock(key);
-    const doomed = spawnWorker('line-up', [server.url, key, 'doomed', 'fair']);
+    const holder = await app().locks.lock(key);
+    const doomed = spawnWorker('line-up', [server().url, key, 'doomed', 'fair']);
     await untilInLine(key, 1);
-    const next = app.locks.lock(key, { timeout: 20_000 });
+    const next = app().locks.lock(key, { timeout: 20_000 });
     await untilInLine(key, 2);
     doomed.kill('SIGKILL');
-    await exited(doomed);
+    await workerExited(doomed);
 
     const releasedAt = performance.now();
     await holder.unlock(); // hands it to the dead waiter, first in line
@@ -451,8 +446,8 @@ describe('wake-ups and fair order on Redis', () => {
 
   it('drops the subscription of a channel once nobody waits on it', async () => {
     const key = uniqueKey('unsubscribe');
-    const holder = await app.locks.lock(key);
-    const waiter = app.locks.lock(key);
+    const holder = await app().locks.lock(key);
+    const waiter = app().locks.lock(key);
     await untilInLine(key, 1);
     const channel = store().channelOf(lockKind, key);
     // The waiter joins the line with its attempt and subscribes right after that attempt's reply.
@@ -462,7 +457,7 @@ describe('wake-ups and fair order on Redis', () => {
     await (await waiter).unlock();
     await delay(2_500); // a channel lingers 2 s after its last waiter
 
-    expect(await redis.pubsub('NUMSUB', channel)).toEqual([channel, 0]);
+    expect(await redis().pubsub('NUMSUB', channel)).toEqual([channel, 0]);
   });
 });
 
@@ -511,13 +506,3 @@ describe.each(STORE_KINDS)('fair order inside one process on the %s store', (kin
     expect(served).toEqual([0, 1, 2, 3, 4]);
   });
 });
-
-function spawnWorker(name: string, args: string[]): ChildProcess {
-  const script = fileURLToPath(new URL(`./support/workers/${name}.mjs`, import.meta.url));
-  return spawn(process.execPath, [script, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
-}
-
-function exited(child: ChildProcess): Promise<void> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
-  return new Promise((resolve) => child.once('exit', () => resolve()));
-}

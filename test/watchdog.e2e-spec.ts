@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import { Controller, Get, Injectable } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import {
@@ -20,15 +20,10 @@ import { join } from 'node:path';
 import { createServer, type Server, type Socket, connect } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { deferred } from './support/deferred.js';
-import {
-  bootLockModule,
-  closeLockApp,
-  createLockApp,
-  type LockApp,
-  STORE_KINDS,
-  uniqueKey,
-} from './support/lock-app.js';
-import { RedisServer } from './support/redis-server.js';
+import { bootLockModule, closeLockApp, createLockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
+import { lockKeyOf } from './support/redis-keys.js';
+import { RedisServer, useRedisClient } from './support/redis-server.js';
+import { abortReasonWithin } from './support/timing.js';
 
 const TTL = 300;
 /**
@@ -38,30 +33,16 @@ const TTL = 300;
  */
 const RENEWED_TTL = 1_000;
 
-/** Resolves with the reason `signal` aborts with, or `undefined` if it does not within `ms`. */
-async function abortReasonWithin(signal: AbortSignal, ms: number): Promise<unknown> {
-  if (signal.aborted) return signal.reason;
-  const aborted = once(signal, 'abort').then(() => signal.reason as unknown);
-  return Promise.race([aborted, delay(ms).then(() => undefined)]);
-}
-
 describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
   const lost: LockLostError[] = [];
-  let app: LockApp;
-
-  beforeAll(async () => {
-    app = await createLockApp(kind, { onLockLost: (error) => lost.push(error) });
-  });
-  afterAll(async () => {
-    await closeLockApp(app);
-  });
+  const app = useLockApp(kind, { onLockLost: (error) => lost.push(error) });
 
   it('keeps the lock of a routine that runs many times its ttl, and releases it at the end', async () => {
     const key = uniqueKey('routine');
     const routineMs = kind === 'redis' ? 5_000 : 2_000;
     let checks = 0;
 
-    const fence = await app.locks.withLock(
+    const fence = await app().locks.withLock(
       key,
       async (lock) => {
         const end = performance.now() + routineMs;
@@ -69,7 +50,7 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
           await delay(TTL / 2);
           // Another call chain, so that it does not join the lock as a nested holder.
           const intruder = await new Promise<Lock | null>((resolve, reject) =>
-            setImmediate(() => void app.locks.tryLock(key).then(resolve, reject)),
+            setImmediate(() => void app().locks.tryLock(key).then(resolve, reject)),
           );
           expect(intruder).toBeNull();
           expect(lock.signal.aborted).toBe(false);
@@ -83,20 +64,20 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
 
     expect(checks).toBeGreaterThan(routineMs / TTL);
     expect(fence).toBeGreaterThan(0);
-    expect(await app.locks.isLocked(key)).toBe(false);
+    expect(await app().locks.isLocked(key)).toBe(false);
   });
 
   it('aborts the signal with LOCK_LOST within about a ttl when the lease is taken away, and still returns the result', async () => {
     const key = uniqueKey('taken');
     const lostBefore = lost.length;
 
-    const result = await app.locks.withLock(
+    const result = await app().locks.withLock(
       key,
       async (lock) => {
         await delay(TTL / 2);
         // An operator (or a bug elsewhere) frees the lock and another owner takes it.
-        expect(await app.locks.unlock(key, lock.token)).toBe(true);
-        const intruder = await app.locks.lock(key, { ttl: 10_000 });
+        expect(await app().locks.unlock(key, lock.token)).toBe(true);
+        const intruder = await app().locks.lock(key, { ttl: 10_000 });
         const started = performance.now();
         const reason = await abortReasonWithin(lock.signal, TTL * 4);
         const noticedAfter = performance.now() - started;
@@ -124,10 +105,10 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
     const failure = new Error('the routine failed');
 
     await expect(
-      app.locks.withLock(
+      app().locks.withLock(
         key,
         async (lock) => {
-          await app.locks.unlock(key, lock.token);
+          await app().locks.unlock(key, lock.token);
           await abortReasonWithin(lock.signal, TTL * 4);
           throw failure;
         },
@@ -139,24 +120,24 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
   it('does not renew a bare lock(): it runs out after its ttl and its signal says so, without a report', async () => {
     const key = uniqueKey('bare');
     const lostBefore = lost.length;
-    const lock = await app.locks.lock(key, { ttl: TTL });
+    const lock = await app().locks.lock(key, { ttl: TTL });
 
     const reason = await abortReasonWithin(lock.signal, TTL * 4);
 
     expect(reason).toMatchObject({ code: 'LOCK_LOST', reason: 'expired' });
     // The holder gives up its claim a clock-drift margin before the server lets the key go.
     await delay(50);
-    expect(await app.locks.isLocked(key)).toBe(false);
+    expect(await app().locks.isLocked(key)).toBe(false);
     expect(lost.length).toBe(lostBefore);
     expect(await lock.unlock()).toBe(false);
   });
 
   it('renews a bare lock() with autoExtend: true until it is unlocked, and never aborts its signal on unlock', async () => {
     const key = uniqueKey('bare-extended');
-    const lock = await app.locks.lock(key, { ttl: TTL, autoExtend: true });
+    const lock = await app().locks.lock(key, { ttl: TTL, autoExtend: true });
 
     await delay(TTL * 4);
-    expect(await app.locks.isLocked(key)).toBe(true);
+    expect(await app().locks.isLocked(key)).toBe(true);
     expect(await lock.unlock()).toBe(true);
     await delay(TTL * 2);
     expect(lock.signal.aborted).toBe(false);
@@ -166,7 +147,7 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
   it('does not renew a withLock lease with autoExtend: false', async () => {
     const key = uniqueKey('no-extend');
 
-    const reason = await app.locks.withLock(key, (lock) => abortReasonWithin(lock.signal, TTL * 4), {
+    const reason = await app().locks.withLock(key, (lock) => abortReasonWithin(lock.signal, TTL * 4), {
       ttl: TTL,
       autoExtend: false,
     });
@@ -177,28 +158,28 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
   it('keeps a permit of withPermit while its routine outlives the ttl', async () => {
     const name = uniqueKey('permit-routine');
 
-    await app.semaphores.withPermit(
+    await app().semaphores.withPermit(
       name,
       1,
       async (permit) => {
         await delay(TTL * 4);
-        expect(await app.semaphores.count(name)).toBe(1);
+        expect(await app().semaphores.count(name)).toBe(1);
         expect(permit.signal.aborted).toBe(false);
         expect(permit.fence).toBeGreaterThan(0);
       },
       { ttl: TTL },
     );
-    expect(await app.semaphores.count(name)).toBe(0);
+    expect(await app().semaphores.count(name)).toBe(0);
   });
 
   it('keeps renewing while a nested holder that was not awaited outlives the outer withLock', async () => {
     const key = uniqueKey('nested-renewed');
     const nestedDone = deferred();
 
-    await app.locks.withLock(
+    await app().locks.withLock(
       key,
       () => {
-        void app.locks.withLock(key, async () => {
+        void app().locks.withLock(key, async () => {
           await delay(RENEWED_TTL * 4);
           nestedDone.resolve();
         });
@@ -206,12 +187,12 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
       { ttl: RENEWED_TTL },
     );
     await delay(RENEWED_TTL * 2);
-    expect(await app.locks.isLocked(key)).toBe(true);
-    expect(await app.locks.tryLock(key)).toBeNull();
+    expect(await app().locks.isLocked(key)).toBe(true);
+    expect(await app().locks.tryLock(key)).toBeNull();
 
     await nestedDone.promise;
     await delay(50);
-    expect(await app.locks.isLocked(key)).toBe(false);
+    expect(await app().locks.isLocked(key)).toBe(false);
   });
 
   it('calls onLockLost hooks that throw without an unhandled rejection', async () => {
@@ -376,6 +357,44 @@ describe('currentLock() and currentPermit() in decorated methods', () => {
     } finally {
       await module.close();
     }
+  });
+});
+
+@Injectable()
+class WatchedJobs {
+  /** Runs until its lease is gone (or ~2 s, several ttls), then tells what `currentLock()` says. */
+  @WithLock('watched:{0}', { ttl: 300 })
+  async runUntilLost(id: string, started: () => void): Promise<object> {
+    const key = `watched:${id}`;
+    started();
+    for (let i = 0; i < 40; i++) {
+      const lock = currentLock(key);
+      if (lock === undefined || lock.signal.aborted) break;
+      await delay(50);
+    }
+    const lock = currentLock(key);
+    return {
+      currentLockOfKey: lock === undefined ? 'undefined' : 'the lock',
+      innermostIsIt: lock !== undefined && currentLock() === lock,
+      aborted: lock?.signal.aborted,
+      reason: (lock?.signal.reason as LockLostError | undefined)?.reason,
+    };
+  }
+}
+
+// Found by an outside review; failed before its fix.
+describe('currentLock() in a @WithLock method whose lease was taken away', () => {
+  const app = useLockApp('redis', {}, [WatchedJobs]);
+  /** A plain client beside the library, to take the lease away. */
+  const redis = useRedisClient(() => app().server!);
+
+  it('still returns the lock, whose signal is aborted with reason "taken"', async () => {
+    const id = uniqueKey();
+    const started = deferred();
+    const run = app().module.get(WatchedJobs).runUntilLost(id, started.resolve);
+    await started.promise;
+    await redis().del(lockKeyOf(`watched:${id}`));
+    expect(await run).toEqual({ currentLockOfKey: 'the lock', innermostIsIt: true, aborted: true, reason: 'taken' });
   });
 });
 

@@ -20,4 +20,4 @@ timeout 900 npm test -- --ci \
   test/redis-store.e2e-spec.ts test/lock-service.e2e-spec.ts test/semaphore-service.e2e-spec.ts \
   test/lock-module.e2e-spec.ts test/backend-faults.e2e-spec.ts test/wake-ups.e2e-spec.ts \
   test/watchdog.e2e-spec.ts test/fencing.e2e-spec.ts test/key-layout.e2e-spec.ts \
-  test/decorators-http.e2e-spec.ts test/optional-ioredis.e2e-spec.ts
+  test/decorators-http.e2e-spec.ts test/optional-ioredis.e2e-spec.ts test/late-replies.e2e-spec.ts

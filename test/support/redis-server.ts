@@ -1,3 +1,5 @@
+import { afterAll, beforeAll } from '@jest/globals';
+import { Redis, type RedisOptions } from 'ioredis';
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { once } from 'node:events';
 import { createConnection, createServer } from 'node:net';
@@ -148,6 +150,47 @@ export class RedisServer {
     this.process = undefined;
     this.paused = false;
   }
+}
+
+/**
+ * One throwaway server for the tests of the enclosing block, started before them and stopped after them;
+ * read `server()` inside tests and hooks.
+ *
+ * Jest runs the afterAll hooks of one block in the order they were declared, and an inner block's before
+ * the outer's: an application or a client opened on this server by hooks declared after this call, in the
+ * same block, is closed after the server stopped (its client then only stops reconnecting); opened in an
+ * inner block, it is closed before.
+ */
+export function useRedisServer(options: Parameters<typeof RedisServer.start>[0] = {}): () => RedisServer {
+  let server: RedisServer | undefined;
+  beforeAll(async () => {
+    server = await RedisServer.start(options);
+  });
+  afterAll(async () => {
+    await server?.stop();
+  });
+  return () => {
+    if (!server) throw new Error('the redis-server has not started');
+    return server;
+  };
+}
+
+/**
+ * A plain client on `server()` beside the library, to look at (and tamper with) what it wrote, for the
+ * tests of the enclosing block; read `redis()` inside tests.
+ */
+export function useRedisClient(server: () => RedisServer, options: RedisOptions = {}): () => Redis {
+  let client: Redis | undefined;
+  beforeAll(() => {
+    client = new Redis(server().url, options);
+  });
+  afterAll(() => {
+    client?.disconnect();
+  });
+  return () => {
+    if (!client) throw new Error('the Redis client has not been created');
+    return client;
+  };
 }
 
 function assertInstalled(binary: string): void {

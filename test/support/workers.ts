@@ -74,15 +74,41 @@ export async function runWorkers<T>(name: string, count: number, args: (string |
   }
 }
 
+/**
+ * Starts `test/support/workers/<name>.mjs` and returns at once. Its stdin and stdout are pipes only when
+ * asked for (a pipe nobody reads can fill up and stall the worker); its stderr is the test's.
+ */
+export function spawnWorker(
+  name: string,
+  args: (string | number)[],
+  { stdin = 'ignore', stdout = 'ignore' }: { stdin?: 'pipe' | 'ignore'; stdout?: 'pipe' | 'ignore' } = {},
+): ChildProcess {
+  return spawn(process.execPath, [scriptOf(name), ...args.map(String)], { stdio: [stdin, stdout, 'inherit'] });
+}
+
+/** Runs a worker to its end (at most `timeoutMs`); rejects when it fails. */
+export async function runWorker(name: string, args: (string | number)[], timeoutMs = 60_000): Promise<void> {
+  await run(process.execPath, [scriptOf(name), ...args.map(String)], { timeout: timeoutMs });
+}
+
+/** Calls `onReport` with each JSON line a worker spawned with `stdout: 'pipe'` prints. */
+export function onWorkerReports<T>(child: ChildProcess, onReport: (report: T) => void): void {
+  createInterface({ input: child.stdout! }).on('line', (line) => onReport(JSON.parse(line) as T));
+}
+
+/** Resolves once the process has exited (at once when it already has). */
+export function workerExited(child: ChildProcess): Promise<void> {
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
 /** Starts a long-running worker; resolves with the process and the first JSON line it prints. */
 export async function startWorker<T>(
   name: string,
   args: (string | number)[],
 ): Promise<{ child: ChildProcess; report: T }> {
-  const child = spawn(process.execPath, [scriptOf(name), ...args.map(String)], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  const lines = createInterface({ input: child.stdout });
+  const child = spawnWorker(name, args, { stdout: 'pipe' });
+  const lines = createInterface({ input: child.stdout! });
   const exited = once(child, 'exit').then(([code]) => {
     throw new Error(`worker ${name} exited with code ${code} before reporting`);
   });

@@ -6,19 +6,8 @@ import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
 import { RedisClusterTopology } from '../support/topologies.js';
 import { command } from '../support/topology-tools.js';
-import { type HoldHistoryReport, runHoldHistory } from '../support/workers.js';
-import { execFile } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
-import { promisify } from 'node:util';
+import { type HoldHistoryReport, runHoldHistory, runWorker } from '../support/workers.js';
 import { lockKind } from '../support/kinds.js';
-
-const run = promisify(execFile);
-
-/** Runs a worker of test/support/workers to its end. */
-function spawnWorker(name: string, args: string[]): Promise<unknown> {
-  const script = fileURLToPath(new URL(`../support/workers/${name}.mjs`, import.meta.url));
-  return run(process.execPath, [script, ...args], { timeout: 60_000 });
-}
 
 /** What the runs measured, printed once at the end (for docs/DEPLOYMENT.md). */
 const figures: Record<string, unknown> = {};
@@ -161,7 +150,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
       const labels = ['first', 'second', 'third'];
       const children = [];
       for (const [i, label] of labels.entries()) {
-        children.push(spawnWorker('line-up', [target, key, label, 'fair']));
+        children.push(runWorker('line-up', [target, key, label, 'fair']));
         while ((await client.zcard(line)) < i + 1) await delay(10);
       }
 
