@@ -361,8 +361,8 @@ describe('app.close() while a withLock routine is in flight', () => {
   const redis = useRedisClient(server);
 
   // The server has run the lock scripts before, as the shared server this case was written against had.
-  // With the release script not cached yet, app.close() can cut off the release's second round trip
-  // (NOSCRIPT, then EVAL) and leave the lock for its whole ttl: a case of its own, not this one's.
+  // With the release script not cached, the release takes a second round trip (NOSCRIPT, then EVAL):
+  // the case after this one.
   beforeAll(async () => {
     const warm = await bootLockModule({ redis: server().url });
     await (await warm.locks.lock(uniqueKey('warm'))).unlock();
@@ -386,6 +386,22 @@ describe('app.close() while a withLock routine is in flight', () => {
     expect(await pttlOnceGone(redis(), lockKeyOf(key), 1_000)).toBe(-2);
     // Well under the ttl after the routine ended.
     expect(performance.now() - routineEndedAt).toBeLessThan(3_000);
+  });
+
+  it('gives the lock back even when its release meets an empty script cache (NOSCRIPT, then EVAL) as the app closes', async () => {
+    const app = await bootLockModule({ redis: server().url });
+    const key = uniqueKey('nightly-cold');
+    const routine = app.locks.withLock(key, async () => {
+      // A restart, a failover or SCRIPT FLUSH meanwhile: the release's first round trip answers NOSCRIPT.
+      await redis().script('FLUSH');
+      await delay(100);
+      return 'done';
+    });
+    await delay(50);
+    await app.module.close();
+
+    expect(await routine).toBe('done');
+    expect(await pttlOnceGone(redis(), lockKeyOf(key), 1_000)).toBe(-2);
   });
 });
 

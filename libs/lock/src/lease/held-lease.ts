@@ -224,8 +224,10 @@ export class HeldLease implements WatchedLease {
     // The first waiter of this process, if any, may take the lease over in the same step (not when
     // retried later: by then it waits in the store's line like any other).
     const successor = lines.successor(lineOf(this.kind, this.id), this.token);
+    const releasing = store.release(this.kind, this.id, this.token, successor);
+    watchdog.releasing(releasing);
     try {
-      return await store.release(this.kind, this.id, this.token, successor);
+      return await releasing;
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
       const serverDeadline = this.validUntil + driftOf(store, this.leaseTtl);

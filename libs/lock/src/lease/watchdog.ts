@@ -39,6 +39,8 @@ export class Watchdog {
   private readonly leases = new Set<WatchedLease>();
   /** The same leases by kind and id (one token may hold one key twice: a caller's own token, given twice). */
   private readonly byId = new Map<string, Set<WatchedLease>>();
+  /** Releases on their way to the store: a graceful shutdown waits for them (see `drain`). */
+  private readonly releasesInFlight = new Set<Promise<unknown>>();
   private timer?: NodeJS.Timeout;
   /** `performance.now()` at which `timer` fires; `Infinity` when none is set. */
   private timerDue = Infinity;
@@ -95,15 +97,24 @@ export class Watchdog {
     }
   }
 
+  /** A release of a lease is on its way to the store until `release` settles. */
+  releasing(release: Promise<unknown>): void {
+    this.releasesInFlight.add(release);
+    const settled = () => void this.releasesInFlight.delete(release);
+    release.then(settled, settled);
+  }
+
   /**
    * Resolves once no lease held by a scope (`withLock`, `withPermit`, a decorated call) is left — their
-   * routines finished and released — or after `ms`. Renewals go on meanwhile. A graceful shutdown
-   * waits for this before it closes the store, so that it does not leave those leases to run out.
+   * routines finished — and no release is on its way, or after `ms`. Renewals go on meanwhile. A
+   * graceful shutdown waits for this before it closes the store, so that it does not leave those leases
+   * to run out: a release may take a second round trip (its script not cached: NOSCRIPT, then EVAL),
+   * which a closed connection would cut off.
    */
   async drain(ms: number): Promise<void> {
     const deadline = performance.now() + ms;
-    const scopedLeft = () => [...this.leases].some((lease) => lease.policy.reportLoss);
-    while (scopedLeft() && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
+    const busy = () => this.releasesInFlight.size > 0 || [...this.leases].some((lease) => lease.policy.reportLoss);
+    while (busy() && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
   }
 
   /** Stops the timer and forgets every lease (the store is closing: nobody renews or reports any more). */
