@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Why a lock alone is not enough, and how a fence fixes it. Holder A stalls past its lease (a GC
 // pause, a slow disk); B takes the lock meanwhile and writes; A wakes up believing it still holds
-// the lock. The ledger keeps the highest fence it has seen and refuses A's late write.
+// the lock. The ledger keeps the highest fence it has seen and refuses A's late write. A holder that
+// will write draws its fence first (`await lock.fence()`: one round trip, while the lock is its own).
 //
 // usage: npm run example:fencing            (the memory store)
 //        REDIS_URL=redis://127.0.0.1:6379 npm run example:fencing
@@ -29,19 +30,19 @@ const ledger = new FencedLedger();
 const key = `ledger:${process.pid}`;
 
 const a = await locks.lock(key, { ttl: 200 });
-console.log(`A holds the lock with fence ${a.fence} (ttl 200 ms), then stalls for 300 ms`);
+const aFence = await a.fence();
+console.log(`A holds the lock with fence ${aFence} (ttl 200 ms), then stalls for 300 ms`);
 await sleep(300);
 
 const b = await locks.lock(key, { ttl: 5_000 });
-console.log(
-  `B takes the lock with fence ${b.fence} and writes: ${ledger.write(b.fence, 'B') ? 'accepted' : 'rejected'}`,
-);
+const bFence = await b.fence();
+console.log(`B takes the lock with fence ${bFence} and writes: ${ledger.write(bFence, 'B') ? 'accepted' : 'rejected'}`);
 
 const lost = a.signal.aborted
   ? `signal aborted (${a.signal.reason.code}, ${a.signal.reason.reason})`
   : 'signal not aborted';
 console.log(
-  `A wakes up: ${lost}; its write with fence ${a.fence}: ${ledger.write(a.fence, 'A') ? 'accepted' : 'rejected'}`,
+  `A wakes up: ${lost}; its write with fence ${aFence}: ${ledger.write(aFence, 'A') ? 'accepted' : 'rejected'}`,
 );
 console.log(`ledger entries: ${JSON.stringify(ledger.entries)}`);
 

@@ -1,12 +1,11 @@
-import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { LockStore, type RedisStore } from 'nest-lock';
+import { LockBackendError, LockLostError, LockStore, type RedisStore } from 'nest-lock';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, type LockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
-import { errorOf } from './support/outcomes.js';
 import { lockKeyOf, pttlOnceGone, semaphoreKeyOf } from './support/redis-keys.js';
 import { RedisServer, useRedisClient, useRedisServer } from './support/redis-server.js';
 import { eventually } from './support/timing.js';
@@ -22,9 +21,20 @@ function expectStrictlyIncreasing(fences: number[]): void {
   expect(decreases).toEqual([]);
 }
 
+/** Commands the server ran but INFO itself (INFO commandstats): every round trip of the library shows here. */
+async function commandsRun(redis: Redis): Promise<number> {
+  const stats = await redis.info('commandstats');
+  let calls = 0;
+  for (const [, command, count] of stats.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) {
+    if (command !== 'info') calls += Number(count);
+  }
+  return calls;
+}
+
 /**
- * Fencing tokens (issue 7, section 2.3): `Lock.fence` and `Permit.fence` increase strictly with every
- * acquisition of a key, by any owner in any process, and outlive the lease itself.
+ * Fencing tokens (issue 7, section 2.3): `Lock.fence()` and `Permit.fence()` increase strictly with every
+ * holder of a key, by any owner in any process, and outlive the lease itself. A fence is drawn when its
+ * holder first asks, while it holds the lease — at any moment of its hold.
  */
 describe('fencing tokens', () => {
   describe('across processes', () => {
@@ -57,17 +67,17 @@ describe('fencing tokens', () => {
   describe.each(STORE_KINDS)('on the %s store', (kind) => {
     const app = useLockApp(kind);
 
-    it('increases with every acquisition of a key, whoever takes it and however', async () => {
+    it('increases with every holder of a key, whoever takes it and however', async () => {
       const key = uniqueKey('fence');
       const fences: number[] = [];
       for (let i = 0; i < 5; i++) {
         const lock = await app().locks.lock(key, { token: `owner-${i % 2}` });
-        fences.push(lock.fence);
+        fences.push(await lock.fence());
         await lock.unlock();
         const tried = await app().locks.tryLock(key);
-        fences.push(tried!.fence);
+        fences.push(await tried!.fence());
         await tried!.unlock();
-        fences.push(await app().locks.withLock(key, (held) => held.fence));
+        fences.push(await app().locks.withLock(key, (held) => held.fence()));
       }
 
       expectStrictlyIncreasing(fences);
@@ -76,12 +86,13 @@ describe('fencing tokens', () => {
     it('survives the expiry of the lock key: take, let it expire, take again gives a higher fence', async () => {
       const key = uniqueKey('fence-expiry');
       const first = await app().locks.lock(key, { ttl: 50 });
+      const firstFence = await first.fence();
       await delay(150);
       expect(await app().locks.isLocked(key)).toBe(false);
 
       const second = await app().locks.lock(key, { ttl: 50 });
 
-      expect(second.fence).toBeGreaterThan(first.fence);
+      expect(await second.fence()).toBeGreaterThan(firstFence);
       expect(await first.unlock()).toBe(false);
       expect(await second.unlock()).toBe(true);
     });
@@ -89,10 +100,10 @@ describe('fencing tokens', () => {
     it('is the same for every holder of a re-entrant withLock chain, and grows for the next chain', async () => {
       const key = uniqueKey('fence-reentrant');
       const [outer, inner] = await app().locks.withLock(key, async (lock) => [
-        lock.fence,
-        await app().locks.withLock(key, (nested) => nested.fence),
+        await lock.fence(),
+        await app().locks.withLock(key, (nested) => nested.fence()),
       ]);
-      const next = await app().locks.withLock(key, (lock) => lock.fence);
+      const next = await app().locks.withLock(key, (lock) => lock.fence());
 
       expect(inner).toBe(outer);
       expect(next).toBeGreaterThan(outer);
@@ -100,17 +111,152 @@ describe('fencing tokens', () => {
 
     it('increases for the permits of a semaphore, also across its expiry', async () => {
       const name = uniqueKey('fence-semaphore');
-      const held = [
-        await app().semaphores.acquire(name, 3),
-        await app().semaphores.acquire(name, 3),
-        await app().semaphores.acquire(name, 3, { ttl: 50 }),
-      ];
+      const held = [];
+      const fences: number[] = [];
+      for (const options of [{}, {}, { ttl: 50 }]) {
+        const permit = await app().semaphores.acquire(name, 3, options);
+        held.push(permit);
+        fences.push(await permit.fence());
+      }
       await Promise.all(held.slice(0, 2).map((permit) => permit.release()));
       await delay(150);
       const later = await app().semaphores.acquire(name, 1);
+      fences.push(await later.fence());
 
-      expectStrictlyIncreasing([...held, later].map((permit) => permit.fence));
+      expectStrictlyIncreasing(fences);
       await later.release();
+    });
+
+    it('draws a fence once: a second fence() gives the same number without a round trip to the store', async () => {
+      const store = app().module.get<LockStore>(LockStore);
+      const draws = jest.spyOn(store, 'fence');
+      const redis = kind === 'redis' ? new Redis(app().server!.url) : undefined;
+      const commands = async () => (redis ? commandsRun(redis) : 0);
+      try {
+        const lock = await app().locks.lock(uniqueKey('fence-once'));
+        const permit = await app().semaphores.acquire(uniqueKey('fence-once-permits'), 2);
+        expect(draws).not.toHaveBeenCalled(); // nothing drawn by the acquisitions
+
+        for (const lease of [lock, permit]) {
+          draws.mockClear();
+          const before = await commands();
+          const first = await lease.fence();
+          const afterFirst = await commands();
+          const second = await lease.fence();
+          const afterSecond = await commands();
+
+          expect(first).toBeGreaterThan(0);
+          expect(second).toBe(first);
+          expect(draws).toHaveBeenCalledTimes(1);
+          if (redis) {
+            expect(afterFirst - before).toBeGreaterThan(0); // the first is a round trip, seen here
+            expect(afterSecond - afterFirst).toBe(0);
+          }
+        }
+        await Promise.all([lock.unlock(), permit.release()]);
+      } finally {
+        draws.mockRestore();
+        redis?.disconnect();
+      }
+    });
+
+    it('shares one draw between fence() calls made at once on one lease', async () => {
+      const store = app().module.get<LockStore>(LockStore);
+      const draws = jest.spyOn(store, 'fence');
+      try {
+        const lock = await app().locks.lock(uniqueKey('fence-at-once'));
+        const permit = await app().semaphores.acquire(uniqueKey('fence-at-once-permits'), 2);
+
+        const lockFences = await Promise.all([lock.fence(), lock.fence(), lock.fence()]);
+        const permitFences = await Promise.all([permit.fence(), permit.fence()]);
+
+        expect(new Set(lockFences).size).toBe(1);
+        expect(new Set(permitFences).size).toBe(1);
+        expect(lockFences[0]).toBeGreaterThan(0);
+        expect(permitFences[0]).toBeGreaterThan(0);
+        expect(draws).toHaveBeenCalledTimes(2);
+        await Promise.all([lock.unlock(), permit.release()]);
+      } finally {
+        draws.mockRestore();
+      }
+    });
+
+    it('rejects fence() on a lease its holder released (LOCK_LOST, released), without aborting its signal', async () => {
+      const lock = await app().locks.lock(uniqueKey('fence-released'));
+      const permit = await app().semaphores.acquire(uniqueKey('fence-released-permits'), 1);
+      expect(await lock.unlock()).toBe(true);
+      expect(await permit.release()).toBe(true);
+
+      for (const lease of [lock, permit]) {
+        const error = await lease.fence().catch((failure: unknown) => failure);
+        expect(error).toBeInstanceOf(LockLostError);
+        expect(error).toMatchObject({ code: 'LOCK_LOST', reason: 'released', token: lease.token });
+        expect((error as LockLostError).fence).toBeUndefined();
+        expect((error as Error).message).not.toMatch(/\(fence/);
+        expect(lease.signal.aborted).toBe(false);
+      }
+    });
+
+    it('rejects fence() on a lock found gone or taken by another owner (LOCK_LOST, taken), and aborts its signal', async () => {
+      // Behind the holder's back, straight in the store (as another process would, or a restart):
+      // this process's lock service would tell the holder at once.
+      const store = app().module.get<LockStore>(LockStore);
+      const key = uniqueKey('fence-taken');
+      // Freed, then taken by another owner.
+      const taken = await app().locks.lock(key, { ttl: 10_000 });
+      expect(await store.release(lockKind, key, taken.token)).toBe(true);
+      const asIntruder = { fair: false, liveness: 0, inLine: false };
+      expect((await store.acquire(lockKind, key, undefined, 'intruder', 10_000, asIntruder)).granted).toBe(true);
+      // Freed, and nobody holds it.
+      const goneKey = uniqueKey('fence-gone');
+      const gone = await app().locks.lock(goneKey, { ttl: 10_000 });
+      expect(await store.release(lockKind, goneKey, gone.token)).toBe(true);
+
+      for (const [lock, lockKey] of [
+        [taken, key],
+        [gone, goneKey],
+      ] as const) {
+        expect(lock.signal.aborted).toBe(false);
+        const error = await lock.fence().catch((failure: unknown) => failure);
+        expect(error).toBeInstanceOf(LockLostError);
+        expect(error).toMatchObject({ code: 'LOCK_LOST', reason: 'taken', key: lockKey, token: lock.token });
+        expect((error as LockLostError).fence).toBeUndefined();
+        expect(lock.signal.aborted).toBe(true);
+        expect(lock.signal.reason).toBe(error);
+        expect(lock.validity).toBe(0);
+      }
+      // The intruder keeps the lock, and may draw its fence.
+      expect(await taken.unlock()).toBe(false);
+      expect(await store.fence(lockKind, key, 'intruder')).toBeGreaterThan(0);
+      expect(await store.release(lockKind, key, 'intruder')).toBe(true);
+    });
+
+    it('keeps fences in hold order when they are drawn late in a hold: a later holder that draws at once is above', async () => {
+      const key = uniqueKey('fence-late');
+      const fences: number[] = [];
+      // A holds, and draws its fence only after a while; B takes the lock after A, and draws at once.
+      const a = await app().locks.lock(key, { token: 'A' });
+      await delay(100);
+      fences.push(await a.fence());
+      await a.unlock();
+      const b = await app().locks.lock(key, { token: 'B' });
+      fences.push(await b.fence());
+      // C, waiting for the lock meanwhile, is handed it by B's release, and asks late in its hold.
+      const c = app().locks.lock(key, { token: 'C', timeout: 5_000 });
+      await delay(50);
+      await b.unlock();
+      const cLock = await c;
+      await delay(100);
+      fences.push(await cLock.fence());
+      // D, waiting meanwhile too, is handed it by C's release, and asks at once.
+      const d = app().locks.lock(key, { token: 'D', timeout: 5_000 });
+      await delay(50);
+      await cLock.unlock();
+      const dLock = await d;
+      fences.push(await dLock.fence());
+      await dLock.unlock();
+
+      expectStrictlyIncreasing(fences);
     });
   });
 
@@ -122,7 +268,8 @@ describe('fencing tokens', () => {
     it('keeps the counter long after the lock key expired, with an expiry of its own (an hour by default)', async () => {
       const key = uniqueKey('fence-counter');
       const [lockKey, counter] = app().module.get<typeof LockStore, RedisStore>(LockStore).keysOf(lockKind, key);
-      await app().locks.lock(key, { ttl: 50 });
+      const lock = await app().locks.lock(key, { ttl: 50 });
+      expect(await lock.fence()).toBeGreaterThan(0);
       await delay(150);
 
       expect(await redis().exists(lockKey)).toBe(0);
@@ -142,8 +289,10 @@ describe('fencing tokens', () => {
         const name = uniqueKey('fence-expiring-permits');
         const store = shortLived.module.get<typeof LockStore, RedisStore>(LockStore);
         const lock = await shortLived.locks.lock(key);
+        const lockFence = await lock.fence();
         await lock.unlock();
         const permit = await shortLived.semaphores.acquire(name, 1);
+        const permitFence = await permit.fence();
         await permit.release();
         const counters = [store.keysOf(lockKind, key)[1], store.keysOf(semaphoreKind, name)[1]];
         expect(await Promise.all(counters.map((counter) => redis().pttl(counter)))).toEqual([
@@ -156,8 +305,8 @@ describe('fencing tokens', () => {
         expect(await redis().exists(...counters)).toBe(0);
         const later = await shortLived.locks.lock(key);
         const laterPermit = await shortLived.semaphores.acquire(name, 1);
-        expect(later.fence).toBeGreaterThan(lock.fence);
-        expect(laterPermit.fence).toBeGreaterThan(permit.fence);
+        expect(await later.fence()).toBeGreaterThan(lockFence);
+        expect(await laterPermit.fence()).toBeGreaterThan(permitFence);
         await Promise.all([later.unlock(), laterPermit.release()]);
       } finally {
         await closeLockApp(shortLived);
@@ -169,7 +318,7 @@ describe('fencing tokens', () => {
       const fences: number[] = [];
       const take = async () => {
         const lock = await app().locks.lock(key, { timeout: 5_000 });
-        fences.push(lock.fence);
+        fences.push(await lock.fence());
         await lock.unlock();
       };
       await take();
@@ -181,6 +330,32 @@ describe('fencing tokens', () => {
       await take();
 
       expectStrictlyIncreasing(fences);
+    });
+
+    // (A lease handed over by a release to a waiter comes with a fence: that release draws one.)
+    it('writes no fence counter for a lease that is never fenced; the first fence drawn writes it', async () => {
+      const store = app().module.get<typeof LockStore, RedisStore>(LockStore);
+      const key = uniqueKey('never-fenced');
+      const name = uniqueKey('never-fenced-permits');
+      const lockCounter = `${lockKeyOf(key)}:fence`;
+      const permitCounter = `${semaphoreKeyOf(name)}:fence`;
+      expect(store.keysOf(lockKind, key)[1]).toBe(lockCounter);
+      expect(store.keysOf(semaphoreKind, name)[1]).toBe(permitCounter);
+
+      await (await app().locks.lock(key)).unlock();
+      await (await app().locks.tryLock(key))!.unlock();
+      await app().locks.withLock(key, () => undefined);
+      await (await app().semaphores.acquire(name, 2)).release();
+      await app().semaphores.withPermit(name, 2, () => undefined);
+
+      expect(await redis().exists(lockKeyOf(key), semaphoreKeyOf(name))).toBe(0);
+      expect(await redis().exists(lockCounter, permitCounter)).toBe(0);
+
+      const lock = await app().locks.lock(key);
+      const permit = await app().semaphores.acquire(name, 2);
+      const fences = [await lock.fence(), await permit.fence()];
+      await Promise.all([lock.unlock(), permit.release()]);
+      expect((await redis().mget(lockCounter, permitCounter)).map(Number)).toEqual(fences);
     });
   });
 });
@@ -195,28 +370,70 @@ describe('a fence counter that holds no integer never leaves a lease held by nob
   /** A plain client beside the library, to spoil its fence counters. */
   const redis = useRedisClient(() => app().server!);
 
-  const corruptions: [string, (counter: string) => Promise<unknown>][] = [
-    ['a string that is not a number', (counter) => redis().set(counter, 'not-a-number')],
-    ['a hash', (counter) => redis().hset(counter, 'a', '1')],
+  /** A fence is drawn over a counter holding a string that is no number (from the server clock, as
+   * over a lost counter); a counter of another type fails the draw. */
+  const corruptions: [string, 'a fence from the clock' | 'BACKEND_ERROR', (counter: string) => Promise<unknown>][] = [
+    ['a string that is not a number', 'a fence from the clock', (counter) => redis().set(counter, 'not-a-number')],
+    ['a hash', 'BACKEND_ERROR', (counter) => redis().hset(counter, 'a', '1')],
   ];
 
-  it.each(corruptions)('lock(), with %s at the fence counter', async (_, corrupt) => {
+  /**
+   * What `fence()` of a held lease came to with the counter spoilt: a fence from the server clock,
+   * written over the counter, or a `LockBackendError` BACKEND_ERROR again on a second call (nothing
+   * kept of a failed draw: the next call tries again).
+   */
+  async function expectDraw(
+    lease: { fence(): Promise<number> },
+    counter: string,
+    expected: (typeof corruptions)[number][1],
+  ): Promise<void> {
+    const clockFloor = Date.now() * 1_000 - 1e9;
+    const outcome = await lease.fence().catch((failure: unknown) => failure);
+    if (expected === 'BACKEND_ERROR') {
+      expect(outcome).toBeInstanceOf(LockBackendError);
+      expect(outcome).toMatchObject({ code: 'BACKEND_ERROR' });
+      await expect(lease.fence()).rejects.toMatchObject({ code: 'BACKEND_ERROR' });
+    } else {
+      expect(outcome).toBeGreaterThan(clockFloor);
+      expect(Number(await redis().get(counter))).toBe(outcome);
+    }
+  }
+
+  // No fence is drawn by the acquisition: the lease is granted whatever the counter holds, and stays
+  // its holder's, whatever its fence() came to, until it is given back.
+  it.each(corruptions)('lock(), with %s at the fence counter: fence() gives %s', async (_, expected, corrupt) => {
     const key = uniqueKey('fenced');
-    await corrupt(`${lockKeyOf(key)}:fence`);
-    const outcome = await errorOf(app().locks.lock(key, { ttl: 10_000, timeout: 1_000 }));
-    expect(outcome === 'resolved' ? outcome : String((outcome as { code?: string }).code)).toMatch(
-      /^(resolved|BACKEND_ERROR)$/,
-    );
+    const counter = `${lockKeyOf(key)}:fence`;
+    await corrupt(counter);
+    const lock = await app().locks.lock(key, { ttl: 10_000, timeout: 1_000 });
+
+    await expectDraw(lock, counter, expected);
+
+    expect(lock.validity).toBeGreaterThan(0);
+    expect(lock.signal.aborted).toBe(false);
+    expect(await redis().get(lockKeyOf(key))).toBe(lock.token);
+    expect(await lock.unlock()).toBe(true);
     expect(await pttlOnceGone(redis(), lockKeyOf(key), 1_000)).toBe(-2);
+
+    // Once the counter holds an integer again (or nothing), a holder draws a fence.
+    await redis().del(counter);
+    const next = await app().locks.lock(key, { timeout: 1_000 });
+    expect(await next.fence()).toBeGreaterThan(0);
+    expect(await next.unlock()).toBe(true);
   });
 
-  it.each(corruptions)('acquire(), with %s at the fence counter', async (_, corrupt) => {
+  it.each(corruptions)('acquire(), with %s at the fence counter: fence() gives %s', async (_, expected, corrupt) => {
     const name = uniqueKey('fenced-semaphore');
-    await corrupt(`${semaphoreKeyOf(name)}:fence`);
-    const outcome = await errorOf(app().semaphores.acquire(name, 1, { ttl: 10_000, timeout: 1_000 }));
-    expect(outcome === 'resolved' ? outcome : String((outcome as { code?: string }).code)).toMatch(
-      /^(resolved|BACKEND_ERROR)$/,
-    );
+    const counter = `${semaphoreKeyOf(name)}:fence`;
+    await corrupt(counter);
+    const permit = await app().semaphores.acquire(name, 1, { ttl: 10_000, timeout: 1_000 });
+
+    await expectDraw(permit, counter, expected);
+
+    expect(permit.validity).toBeGreaterThan(0);
+    expect(permit.signal.aborted).toBe(false);
+    expect(await app().semaphores.count(name)).toBe(1);
+    expect(await permit.release()).toBe(true);
     expect(
       await eventually(
         () => app().semaphores.count(name),
@@ -224,6 +441,11 @@ describe('a fence counter that holds no integer never leaves a lease held by nob
         1_000,
       ),
     ).toBe(0);
+
+    await redis().del(counter);
+    const next = await app().semaphores.acquire(name, 1, { timeout: 1_000 });
+    expect(await next.fence()).toBeGreaterThan(0);
+    expect(await next.release()).toBe(true);
   });
 });
 
@@ -251,7 +473,7 @@ describe('fences after Redis restarts from an older RDB snapshot', () => {
     const fences: number[] = [];
     const take = async () => {
       const lock = await app.locks.lock(key);
-      fences.push(lock.fence);
+      fences.push(await lock.fence());
       await lock.unlock();
     };
     for (let i = 0; i < 3; i++) await take();
@@ -266,8 +488,11 @@ describe('fences after Redis restarts from an older RDB snapshot', () => {
     while (after === undefined && performance.now() < deadline) {
       try {
         const lock = await app.locks.lock(key, { timeout: 0 });
-        after = lock.fence;
-        await lock.unlock();
+        try {
+          after = await lock.fence();
+        } finally {
+          await lock.unlock().catch(() => undefined);
+        }
       } catch {
         await delay(100); // the module's client is still reconnecting
       }
@@ -283,8 +508,9 @@ describe('memory-store fences are not reset by a new store', () => {
       const app = await bootLockModule({});
       try {
         const lock = await app.locks.lock('memory-fence:account');
+        const fence = await lock.fence();
         await lock.unlock();
-        return lock.fence;
+        return fence;
       } finally {
         await closeLockApp(app);
       }

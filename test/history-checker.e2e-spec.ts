@@ -223,6 +223,45 @@ describe('history checker', () => {
       ]);
     });
 
+    it('judges a permit whose fence was drawn late from its draw, and a lock from its grant however late its draw', () => {
+      // Permits held side by side: the first draws its fence late; the second, asked for meanwhile, draws first.
+      const drawnLate = permit({ fence: 81, requestedAt: 990, acquiredAt: 1_000, fencedAt: 1_050, releasedAt: 1_100 });
+      const drawnFirst = permit({
+        fence: 80,
+        requestedAt: 1_010,
+        acquiredAt: 1_011,
+        fencedAt: 1_012,
+        releasedAt: 1_100,
+      });
+      expect(checkFenceOrder([drawnLate, drawnFirst])).toEqual([]);
+      // Asked for after the late draw: its fence must be above it.
+      const after = permit({ fence: 79, requestedAt: 1_051, acquiredAt: 1_060, fencedAt: 1_061, releasedAt: 1_200 });
+      expect(checkFenceOrder([drawnLate, drawnFirst, after]).map(({ message }) => message)).toEqual([
+        expect.stringMatching(
+          /^semaphore "s": fence 79 .* not above fence 81 .*drawn at 1050, before this was requested at 1051/,
+        ),
+      ]);
+
+      // A lock's fence, however late in its hold, is drawn while it holds the lock: a holder that asked
+      // for the lock after that grant must be above it.
+      const lockedLate = hold({ fence: 91, requestedAt: 990, acquiredAt: 1_000, fencedAt: 1_090, releasedAt: 1_100 });
+      const next = hold({ fence: 90, requestedAt: 1_010, acquiredAt: 1_100, fencedAt: 1_101, releasedAt: 1_200 });
+      expect(checkFenceOrder([lockedLate, next], { leaseOrder: false }).map(({ message }) => message)).toEqual([
+        expect.stringMatching(
+          /^lock "k": fence 90 .* not above fence 91 .*granted at 1000, before this was requested at 1010/,
+        ),
+      ]);
+    });
+
+    it('leaves a hold without a fence out of the fence order, not out of the interval checks', () => {
+      const unfenced = hold({ pid: 9, fence: undefined, requestedAt: 1_055, acquiredAt: 1_060, releasedAt: 1_070 });
+
+      expect(checkFenceOrder([...sequentialLocks, unfenced])).toEqual([]);
+      const overlaps = checkMutualExclusion([...sequentialLocks, unfenced]);
+      expect(overlaps.map(({ message }) => message)).toEqual([expect.stringMatching(/pid 9\/0 without a fence/)]);
+      expect(() => checkFenceOrder([{ ...unfenced, requestedAt: 1_061 }])).toThrow(/granted before it was requested/);
+    });
+
     it('judges lock leases by request order only when lease order is off (histories with FLUSHALL)', () => {
       // The two leases overlapped at the server (FLUSHALL dropped the first): the second's reply was late.
       const flushed = hold({ fence: 70, requestedAt: 999, acquiredAt: 1_000, releasedAt: 1_010 });

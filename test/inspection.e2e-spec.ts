@@ -48,7 +48,7 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
     expect(await locks.inspect(uniqueKey('order'))).toEqual({ held: false, ttl: 0 });
   });
 
-  it("inspect() finds a held lock with the lease's remaining ttl and its fence", async () => {
+  it("inspect() finds a held lock with the lease's remaining ttl, and its fence once its holder drew one", async () => {
     const key = uniqueKey('order');
     const lock = await locks.lock(key, { ttl: 10_000 });
 
@@ -57,7 +57,10 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
     expect(seen.held).toBe(true);
     expect(seen.ttl).toBeGreaterThan(5_000);
     expect(seen.ttl).toBeLessThanOrEqual(10_000);
-    expect(seen.fence).toBe(lock.fence);
+    // No fence is drawn by the acquisition itself.
+    expect(seen.fence).toBeUndefined();
+    const fence = await lock.fence();
+    expect(await locks.inspect(key)).toMatchObject({ held: true, fence });
     await lock.unlock();
   });
 
@@ -81,10 +84,11 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
   it('inspect() after unlock: free; Redis still knows the last fence, the memory store does not', async () => {
     const key = uniqueKey('order');
     const lock = await locks.lock(key);
+    const fence = await lock.fence();
     await lock.unlock();
 
     expect(await locks.inspect(key)).toEqual(
-      kind === 'redis' ? { held: false, ttl: 0, fence: lock.fence } : { held: false, ttl: 0 },
+      kind === 'redis' ? { held: false, ttl: 0, fence } : { held: false, ttl: 0 },
     );
   });
 
@@ -154,6 +158,7 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
   it("forceUnlock() lets the waiter in at once rather than after the holder's lease", async () => {
     const key = uniqueKey('order');
     const stuck = await locks.lock(key, { ttl: 30_000 });
+    const stuckFence = await stuck.fence();
     const waiting = locks.lock(key, { timeout: 10_000 });
     await new Promise((resolve) => setTimeout(resolve, 50));
 
@@ -162,7 +167,7 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
     const next = await waiting;
 
     expect(performance.now() - started).toBeLessThan(5_000);
-    expect(next.fence).toBeGreaterThan(stuck.fence);
+    expect(await next.fence()).toBeGreaterThan(stuckFence);
     expect(await stuck.unlock()).toBe(false);
     await next.unlock();
   });

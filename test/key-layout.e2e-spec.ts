@@ -178,9 +178,12 @@ describe('the Redis key layout', () => {
           try {
             const lock = await onCluster.locks.lock(key, { timeout: 0 });
             expect(await onCluster.locks.tryLock(key)).toBeNull();
+            // The fence script touches the lease and its counter: one slot, no CROSSSLOT.
+            expect(await lock.fence()).toBeGreaterThan(0);
             expect(await lock.unlock()).toBe(true);
             const permit = await onCluster.semaphores.acquire(key, 1, { timeout: 0 });
             expect(await onCluster.semaphores.count(key)).toBe(1);
+            expect(await permit.fence()).toBeGreaterThan(0);
             expect(await permit.release()).toBe(true);
           } catch (error) {
             failures[JSON.stringify(key).slice(0, 40)] = String(error);
@@ -267,11 +270,11 @@ describe('the Redis key layout', () => {
               const i = next++;
               if (i % 10 === 0) {
                 const permit = await longKeys.semaphores.acquire(`${head}:${i}`, 2, { timeout: 0 });
-                fences.push(permit.fence);
+                fences.push(await permit.fence());
                 await permit.release();
               } else {
                 const lock = await longKeys.locks.lock(`${head}:${i}`, { timeout: 0 });
-                fences.push(lock.fence);
+                fences.push(await lock.fence());
                 await lock.unlock();
               }
             }
@@ -319,6 +322,7 @@ describe('the Redis key layout', () => {
 
         await redis.flushall();
         const lock = await app.locks.lock(key, { timeout: 0 });
+        await lock.fence(); // the fence counter is written when a fence is drawn
         const lockKeys = await scanAll(redis);
         const tokens = await Promise.all(lockKeys.map((redisKey) => redis.get(redisKey).catch(() => null)));
         expect(tokens).toContain(lock.token);
@@ -328,6 +332,7 @@ describe('the Redis key layout', () => {
 
         await redis.flushall();
         const permit = await app.semaphores.acquire(key, 2, { timeout: 0 });
+        await permit.fence();
         const semaphoreKeys = await scanAll(redis);
         const holders = await Promise.all(
           semaphoreKeys.map((redisKey) => redis.zscore(redisKey, permit.token).catch(() => null)),

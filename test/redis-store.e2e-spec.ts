@@ -94,7 +94,8 @@ describe('LockService on Redis', () => {
       try {
         const key = uniqueKey('string-numbers');
         const lock = await other.locks.lock(key, { timeout: 1_000 });
-        expect(lock.fence).toBeGreaterThan(0);
+        const fence = await lock.fence();
+        expect(fence).toBeGreaterThan(0);
         expect(await other.locks.isLocked(key)).toBe(true);
         expect(await other.locks.tryLock(key)).toBeNull();
         expect(await lock.expire(20_000)).toBe(true);
@@ -103,7 +104,7 @@ describe('LockService on Redis', () => {
         while ((await redis.zcard(`lock:{${key}}:line`)) < 1) await delay(10);
         expect(await lock.unlock()).toBe(true);
         const next = await waiter;
-        expect(next.fence).toBeGreaterThan(lock.fence);
+        expect(await next.fence()).toBeGreaterThan(fence);
         expect(await next.unlock()).toBe(true);
         expect(await redis.exists(`lock:{${key}}`)).toBe(0);
 
@@ -115,6 +116,7 @@ describe('LockService on Redis', () => {
 
         const permit = await other.semaphores.acquire(key, 1, { timeout: 1_000 });
         expect(await other.semaphores.count(key)).toBe(1);
+        expect(await permit.fence()).toBeGreaterThan(0);
         expect(await permit.expire()).toBe(true);
         expect(await permit.release()).toBe(true);
       } finally {
@@ -146,7 +148,7 @@ describe('LockService on Redis', () => {
                 liveness: 0,
                 inLine: false,
               });
-              if (answer.fence > 0) break;
+              if (answer.granted) break;
               refusals.push(answer.retryIn);
             }
             await redis.del(`lock:{${key}}`);

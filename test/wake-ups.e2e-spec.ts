@@ -62,6 +62,7 @@ describe('wake-ups and fair order on Redis', () => {
   it('hands the lock straight to the first fair waiter: it holds it before attempting again', async () => {
     const key = uniqueKey('handover');
     const holder = await app().locks.lock(key);
+    const holderFence = await holder.fence();
     const waiter = app().locks.lock(key, { step: 3_000, maxStep: 3_000 });
     await untilInLine(key, 1);
 
@@ -69,7 +70,7 @@ describe('wake-ups and fair order on Redis', () => {
     // The release set the key to the waiter's token and told it so.
     const lock = await waiter;
     expect(await redis().get(store().keysOf(lockKind, key)[0])).toBe(lock.token);
-    expect(lock.fence).toBeGreaterThan(holder.fence);
+    expect(await lock.fence()).toBeGreaterThan(holderFence);
     expect(lock.validity).toBeGreaterThan(0);
     // The handover lease is short: the new holder extends it to its own ttl.
     await delay(app().module.get<RedisStore>(LockStore).handoverLease + 200);
@@ -416,9 +417,10 @@ describe('wake-ups and fair order on Redis', () => {
       expect(plainGranted).toBe(false);
       expect(await redis().get(store().keysOf(lockKind, key)[0])).toBe('x ');
 
+      const firstFence = await first.fence();
       expect(await first.unlock()).toBe(true);
       const second = await plain;
-      expect(second.fence).toBeGreaterThan(first.fence);
+      expect(await second.fence()).toBeGreaterThan(firstFence);
       expect(await second.unlock()).toBe(true);
     } finally {
       await Promise.all([closeLockApp(holders), closeLockApp(third)]);

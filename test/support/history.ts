@@ -18,7 +18,18 @@ export interface HoldRecord {
   /** The semaphore's limit (semaphores only). */
   limit?: number;
   token: string;
-  fence: number;
+  /**
+   * The lease's fence, drawn by its holder (`fence()`) at some moment of the hold; absent when no fence
+   * was drawn (the draw found the lease lost, or the store away). A hold without one counts for the
+   * interval checks, not for the fence order.
+   */
+  fence?: number;
+  /**
+   * `Date.now()` right after `fence()` resolved: the fence was drawn after `requestedAt` and before this
+   * (a lease handed over by a release came with its fence, drawn before it was granted). Absent: drawn
+   * with the grant, before `acquiredAt`.
+   */
+  fencedAt?: number;
   /** `Date.now()` right before the call that acquired it (lock, withLock, acquire…): it was granted after that. */
   requestedAt?: number;
   /** `Date.now()` right after the grant. */
@@ -145,10 +156,14 @@ export interface FenceOrderOptions {
 }
 
 /**
- * (c) Fences of one key increase strictly in acquisition order. The order of two acquisitions is judged only
- * where it is known for sure:
- * - request order (locks and semaphores): a hold granted (`acquiredAt`) before another was even requested
- *   (`requestedAt`) was granted first, whatever the faults;
+ * (c) Fences of one key increase strictly in acquisition order. A fence is drawn when its holder asks, at
+ * any moment of its hold (or came with a lease handed over by a release); holds without one are not
+ * judged here. The order of two acquisitions is judged only where it is known for sure:
+ * - request order: a hold whose fence was known before another was even requested (`requestedAt`) has
+ *   the lower fence, whatever the faults. Known from the grant (`acquiredAt`) for a lock: its fence is
+ *   drawn while it holds the lock, and every later holder's only once the lock is theirs. Known once
+ *   drawn (`fencedAt`, else `acquiredAt`) for a permit: permits are held side by side, and their fences
+ *   increase in the order they are drawn;
  * - lease order (locks, `leaseOrder`): a lease whose valid interval ended before another's began was
  *   granted first, since the key cannot be granted twice at once. Never for semaphores: several permits are
  *   granted at once, and a reply delayed past another's whole lease would look like a later grant.
@@ -159,9 +174,14 @@ export function checkFenceOrder(
   { leaseOrder = true }: FenceOrderOptions = {},
 ): Violation[] {
   const violations: Violation[] = [];
+  for (const hold of holds) {
+    if (hold.requestedAt !== undefined && hold.acquiredAt < hold.requestedAt) {
+      throw new Error(`${describeHold(hold)} was granted before it was requested`);
+    }
+  }
   // One violation per late hold, even when both orders find it.
   const reported = new Set<HoldRecord>();
-  const report = (earlier: HoldRecord, later: HoldRecord, why: string) => {
+  const report = (earlier: FencedHold, later: FencedHold, why: string) => {
     if (reported.has(later)) return;
     reported.add(later);
     violations.push({
@@ -174,8 +194,9 @@ export function checkFenceOrder(
     });
   };
 
-  for (const keyHolds of groupBy(holds, (hold) => `${hold.kind}:${hold.key}`).values()) {
-    const byFence = new Map<number, HoldRecord>();
+  const fenced = holds.filter((hold): hold is FencedHold => hold.fence !== undefined);
+  for (const keyHolds of groupBy(fenced, (hold) => `${hold.kind}:${hold.key}`).values()) {
+    const byFence = new Map<number, FencedHold>();
     for (const hold of keyHolds) {
       const same = byFence.get(hold.fence);
       if (same && same.token !== hold.token) {
@@ -189,36 +210,36 @@ export function checkFenceOrder(
       byFence.set(hold.fence, hold);
     }
 
-    // Request order: walk the requests in time; every hold granted before a request must have a lower fence.
-    const byGrant = [...keyHolds].sort((a, b) => a.acquiredAt - b.acquiredAt);
+    // Request order: walk the requests in time; every fence known before a request must be lower.
+    const knownAt = (hold: FencedHold) => (hold.kind === 'lock' ? hold.acquiredAt : (hold.fencedAt ?? hold.acquiredAt));
+    const knownSince = (hold: FencedHold) =>
+      hold.kind === 'lock' || hold.fencedAt === undefined
+        ? `granted at ${hold.acquiredAt}`
+        : `drawn at ${hold.fencedAt}`;
+    const byKnown = [...keyHolds].sort((a, b) => knownAt(a) - knownAt(b));
     const byRequest = keyHolds
-      .filter((hold): hold is HoldRecord & { requestedAt: number } => hold.requestedAt !== undefined)
+      .filter((hold): hold is FencedHold & { requestedAt: number } => hold.requestedAt !== undefined)
       .sort((a, b) => a.requestedAt - b.requestedAt);
-    let highestGranted: HoldRecord | undefined;
-    let granted = 0;
+    let highestKnown: FencedHold | undefined;
+    let known = 0;
     for (const hold of byRequest) {
-      if (hold.acquiredAt < hold.requestedAt) {
-        throw new Error(`${describeHold(hold)} was granted before it was requested`);
-      }
       // Strictly before: two stamps of the same millisecond say nothing about which came first.
-      for (; granted < byGrant.length && byGrant[granted].acquiredAt < hold.requestedAt; granted++) {
-        if (!highestGranted || byGrant[granted].fence > highestGranted.fence) highestGranted = byGrant[granted];
+      for (; known < byKnown.length && knownAt(byKnown[known]) < hold.requestedAt; known++) {
+        if (!highestKnown || byKnown[known].fence > highestKnown.fence) highestKnown = byKnown[known];
       }
-      if (highestGranted && highestGranted.fence >= hold.fence) {
-        report(
-          highestGranted,
-          hold,
-          `granted at ${highestGranted.acquiredAt}, before this was requested at ${hold.requestedAt}`,
-        );
+      if (highestKnown && highestKnown.fence >= hold.fence) {
+        report(highestKnown, hold, `${knownSince(highestKnown)}, before this was requested at ${hold.requestedAt}`);
       }
     }
 
     // Lease order: walk the leases by start; every lease over by then must have a lower fence.
     if (!leaseOrder || keyHolds[0].kind !== 'lock') continue;
-    const intervals = keyHolds.map(validInterval).filter((interval) => interval !== undefined);
+    const intervals = keyHolds.map(validInterval).filter((interval) => interval !== undefined) as (ValidInterval & {
+      hold: FencedHold;
+    })[];
     const byStart = [...intervals].sort((a, b) => a.start - b.start);
     const byEnd = [...intervals].sort((a, b) => a.end - b.end);
-    let highestEnded: ValidInterval | undefined;
+    let highestEnded: (ValidInterval & { hold: FencedHold }) | undefined;
     let ended = 0;
     for (const interval of byStart) {
       for (; ended < byEnd.length && byEnd[ended].end <= interval.start; ended++) {
@@ -235,6 +256,9 @@ export function checkFenceOrder(
   }
   return violations;
 }
+
+/** A hold whose holder drew a fence. */
+type FencedHold = HoldRecord & { fence: number };
 
 export interface FencedWorkExpectation {
   /** Every unit that had to be applied: each must have been applied exactly once. */
@@ -362,7 +386,7 @@ function groupBy<T>(items: readonly T[], keyOf: (item: T) => string): Map<string
 }
 
 function describeHold(hold: HoldRecord): string {
-  return `${holderOf(hold)} fence ${hold.fence}`;
+  return `${holderOf(hold)} ${hold.fence === undefined ? 'without a fence' : `fence ${hold.fence}`}`;
 }
 
 function holderOf(hold: HoldRecord): string {

@@ -8,10 +8,14 @@ import type { HoldRecord } from './history.js';
 
 const run = promisify(execFile);
 
-/** What a hold-history worker (workers/hold-history.mjs) prints: its holds, its errors by code, its slowest call (ms). */
+/**
+ * What a hold-history worker (workers/hold-history.mjs) prints: its holds, its errors by code, the
+ * draws of a fence that failed by code (the hold has no fence then), its slowest call (ms).
+ */
 export interface HoldHistoryReport {
   holds: HoldRecord[];
   errors: Record<string, number>;
+  fenceErrors: Record<string, number>;
   slowestCall: number;
 }
 

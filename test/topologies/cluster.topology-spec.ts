@@ -22,7 +22,8 @@ function spreadKeys(label: string, count: number): string[] {
 
 /**
  * Every call of the workers ended within its timeout (plus a command timeout) with a lease or a clean
- * error (a timeout, Redis unavailable, or one of `alsoAllowed`); returns the slowest call in ms.
+ * error (a timeout, Redis unavailable, or one of `alsoAllowed`); returns the slowest call in ms. A draw
+ * of a fence that failed did so cleanly too: Redis unavailable, or the lease found lost (LOCK_LOST).
  */
 function expectCallsWithinTimeout(reports: HoldHistoryReport[], timeout: number, alsoAllowed: string[] = []): number {
   const slowest = Math.max(...reports.map((report) => report.slowestCall));
@@ -30,6 +31,8 @@ function expectCallsWithinTimeout(reports: HoldHistoryReport[], timeout: number,
   const allowed = ['LOCK_TIMEOUT', 'BACKEND_UNAVAILABLE', ...alsoAllowed];
   const errors = reports.flatMap((report) => Object.keys(report.errors));
   expect(errors.filter((code) => !allowed.includes(code))).toEqual([]);
+  const fenceErrors = reports.flatMap((report) => Object.keys(report.fenceErrors));
+  expect(fenceErrors.filter((code) => !['BACKEND_UNAVAILABLE', 'LOCK_LOST'].includes(code))).toEqual([]);
   return slowest;
 }
 
@@ -56,12 +59,14 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     for (const key of keys) {
       const lock = await app.locks.lock(key, { timeout: 0 });
       expect(await lock.expire(5_000)).toBe(true);
+      expect(await lock.fence()).toBeGreaterThan(0);
       const permit = await app.semaphores.acquire(key, 2, { timeout: 0 });
       expect(await app.semaphores.count(key)).toBe(1);
+      expect(await permit.fence()).toBeGreaterThan(0);
       expect(await permit.release()).toBe(true);
       expect(await lock.unlock()).toBe(true);
     }
-    // The fence counters stay: every primary served some of the keys.
+    // The fence counters (written by the fences drawn) stay: every primary served some of the keys.
     const primaries = await topology.primaries();
     const sizes = await Promise.all(primaries.map(({ port }) => command(port, ['DBSIZE'])));
     expect(sizes.map(Number).every((size) => size > 0)).toBe(true);
@@ -109,6 +114,9 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     expect(history.overlaps).toEqual([]);
     expect(history.fenceOrder).toEqual([]);
     expect(reports.flatMap((report) => Object.keys(report.errors))).toEqual([]);
+    // Every holder drew its fence, at some moment of its hold.
+    expect(reports.flatMap((report) => Object.keys(report.fenceErrors))).toEqual([]);
+    expect(holds.filter((hold) => hold.fence === undefined)).toEqual([]);
     // Every counter saw exactly its sections: no lost update.
     const client = new Cluster(topology.nodes);
     try {
@@ -135,8 +143,13 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     });
     const holds = reports.flatMap((report) => report.holds);
 
-    expect(checkHistory(holds).permitLimit).toEqual([]);
+    const history = checkHistory(holds);
+    expect(history.permitLimit).toEqual([]);
+    // Fences drawn at any moment of a permit's hold, in the order they were drawn.
+    expect(history.fenceOrder).toEqual([]);
     expect(reports.flatMap((report) => Object.keys(report.errors))).toEqual([]);
+    expect(reports.flatMap((report) => Object.keys(report.fenceErrors))).toEqual([]);
+    expect(holds.filter((hold) => hold.fence === undefined)).toEqual([]);
     // Contended: some name had its two permits held at once.
     expect(holds.length).toBeGreaterThan(100);
   });
@@ -182,7 +195,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     try {
       figures.startThroughClusterDownMs = Date.now() - bootStart;
       const lock = await started.locks.lock(uniqueKey('after-down'), { timeout: 5_000 });
-      expect(lock.fence).toBeGreaterThan(0);
+      expect(await lock.fence()).toBeGreaterThan(0);
       expect(await lock.unlock()).toBe(true);
     } finally {
       await closeLockApp(started);
@@ -213,6 +226,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     // The sections' own plain client may fail too while the slot moves (not nest-lock's error).
     const slowest = expectCallsWithinTimeout(reports, timeout, ['SECTION_CLIENT']);
     figures.killErrors = reports.map((report) => report.errors);
+    figures.killFenceErrors = reports.map((report) => report.fenceErrors);
     figures.killSlowestCallMs = slowest;
     // Asynchronous replication may lose a lock granted just before the kill: reported, not asserted.
     figures.overlapsAcrossKill = checkHistory(holds).overlaps.length;
@@ -243,6 +257,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     const slowest = expectCallsWithinTimeout(reports, timeout);
     expect(holds.length).toBeGreaterThan(100);
     figures.failoverErrors = reports.map((report) => report.errors);
+    figures.failoverFenceErrors = reports.map((report) => report.fenceErrors);
     figures.failoverSlowestCallMs = slowest;
   });
 });

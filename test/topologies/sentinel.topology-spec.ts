@@ -114,10 +114,14 @@ describe('nest-lock on a primary with a replica and three sentinels', () => {
     expect(Math.max(...reports.map((report) => report.slowestCall))).toBeLessThan(timeout + 1_500);
     const errors = reports.flatMap((report) => Object.keys(report.errors));
     expect(errors.filter((code) => !['LOCK_TIMEOUT', 'BACKEND_UNAVAILABLE'].includes(code))).toEqual([]);
+    // A draw of a fence that failed did so cleanly: Redis unavailable, or the lease found lost.
+    const fenceErrors = reports.flatMap((report) => Object.keys(report.fenceErrors));
+    expect(fenceErrors.filter((code) => !['BACKEND_UNAVAILABLE', 'LOCK_LOST'].includes(code))).toEqual([]);
 
     figures.sentinelFailoverMs = failoverMs;
     figures.unavailableMs = Math.min(...after) - killedAt;
     figures.errors = reports.map((report) => report.errors);
+    figures.fenceErrors = reports.map((report) => report.fenceErrors);
     // Asynchronous replication may lose a lock granted just before the kill: reported, not asserted.
     figures.overlapsAcrossFailover = checkHistory(holds).overlaps.length;
   });

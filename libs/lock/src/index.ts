@@ -10,7 +10,7 @@ export {
 export { LocalSemaphore } from './local-semaphore.js';
 export { LockModule } from './lock.module.js';
 export type { LockModuleOptions, ResolvedModuleOptions } from './lock-module.options.js';
-export type { LeaseDefaults, LeaseOptions, LockOptions, SemaphoreOptions } from './options/call-options.js';
+export type { Fairness, LeaseDefaults, LeaseOptions, LockOptions, SemaphoreOptions } from './options/call-options.js';
 export { DEFAULT_LEASE } from './options/call-options.js';
 export { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody } from './http/http-options.js';
 export type { RedisClusterOption } from './store/redis/redis-options.js';

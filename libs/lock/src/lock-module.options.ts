@@ -6,9 +6,11 @@ import { InvalidArgumentError, type LockError, type LockLostError } from './lock
 import {
   DEFAULT_LEASE,
   DEFAULTS_OPTION_NAMES,
+  type Fairness,
   type LeaseDefaults,
   type ModuleDefaults,
   resolveLease,
+  validateFairness,
 } from './options/call-options.js';
 import { driftMargin, duration } from './options/durations.js';
 import { describe, isPlainObject, isWellFormed, rejectUnknownNames, validateBoolean } from './options/validation.js';
@@ -48,8 +50,8 @@ export interface LockModuleOptions {
   defaults?: Partial<LeaseDefaults> & {
     /** Whether `withLock`, `withPermit` and the decorators renew their lease while they run (default `true`). */
     autoExtend?: boolean;
-    /** Whether waiters are served in order of arrival, with the lease handed straight to the next (default `true`). */
-    fair?: boolean;
+    /** In which order waiters are served: `true` (default), `'strict'` or `false` (see `LockOptions.fair`). */
+    fair?: Fairness;
   };
   /**
    * Longest time one store command may take before it fails with `LockBackendError`,
@@ -94,7 +96,7 @@ export interface LockModuleOptions {
 export const DEFAULT_KEY_PREFIX = 'lock:';
 export const DEFAULT_COMMAND_TIMEOUT = 1_000;
 export const DEFAULT_AUTO_EXTEND = true;
-export const DEFAULT_FAIR = true;
+export const DEFAULT_FAIR: Fairness = true;
 export const DEFAULT_FENCE_COUNTER_TTL = 3_600_000;
 /** Below it, a step back of the server clock that NTP makes routinely could reorder fences. */
 const SHORTEST_FENCE_COUNTER_TTL = 1_000;
@@ -187,7 +189,7 @@ export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedM
     defaults: Object.freeze({
       ...lease,
       autoExtend: validateBoolean(defaults.autoExtend, 'defaults.autoExtend') ?? DEFAULT_AUTO_EXTEND,
-      fair: validateBoolean(defaults.fair, 'defaults.fair') ?? DEFAULT_FAIR,
+      fair: validateFairness(defaults.fair, 'defaults.fair') ?? DEFAULT_FAIR,
     }),
     commandTimeout: duration('commandTimeout', commandTimeout),
     ...(waitForReplicas === undefined

@@ -109,8 +109,9 @@ export class LockBackendError extends LockError {
 }
 
 /**
- * A held lease was lost: its renewal found it gone or taken by another owner (`taken`), or its
- * deadline passed before it could be renewed (`expired`). The lease's `signal` aborts with it.
+ * A held lease was lost: its renewal (or the draw of its fence) found it gone or taken by another
+ * owner (`taken`), or its deadline passed before it could be renewed (`expired`). The lease's
+ * `signal` aborts with it. `fence()` on a lease its holder released rejects with it too (`released`).
  */
 export class LockLostError extends LockError {
   readonly code = 'LOCK_LOST';
@@ -121,15 +122,20 @@ export class LockLostError extends LockError {
     /** The lock key or semaphore name. */
     readonly key: string,
     readonly token: string,
-    readonly fence: number,
-    readonly reason: 'taken' | 'expired',
+    readonly reason: 'taken' | 'expired' | 'released',
     /** The lease as the message's subject: `The lock "k"`, `A permit of semaphore "s"`. */
     subject = `The ${kind} "${key}"`,
+    /** The lease's fence, when one was drawn. */
+    readonly fence?: number,
   ) {
-    const why =
-      reason === 'taken'
-        ? 'its renewal found it gone or held by another owner'
-        : 'its lease ran out before it could be renewed';
-    super(`${subject} was lost (fence ${fence}): ${why}`);
+    super(
+      `${subject} ${reason === 'released' ? 'is not held' : 'was lost'}${fence ? ` (fence ${fence})` : ''}: ${WHY[reason]}`,
+    );
   }
 }
+
+const WHY: Record<LockLostError['reason'], string> = {
+  taken: 'it was found gone or held by another owner',
+  expired: 'its lease ran out before it could be renewed',
+  released: 'its holder released it',
+};

@@ -24,11 +24,13 @@ export interface Lock {
   /** Milliseconds spent waiting before the lock was acquired (exactly 0 when it was free). */
   readonly elapsed: number;
   /**
-   * Strictly greater than the fence of every earlier acquisition of this key, by any owner in
-   * any process: a protected resource that refuses writes with a fence lower than the highest it
-   * has seen refuses the late writes of a holder that lost its lease.
+   * The lock's fence: strictly greater than the fence of every earlier holder of this key, by any
+   * owner in any process — a protected resource that refuses writes with a fence lower than the
+   * highest it has seen refuses the late writes of a holder that lost its lease. Drawn on the first
+   * call while the lock is ours (one round trip; a lock handed over by a release came with it), the
+   * same number after that. Rejects with `LockLostError` when the lock is not ours any more.
    */
-  readonly fence: number;
+  fence(): Promise<number>;
   /** Aborted with a `LockLostError` once the lease is known to be lost; never by `unlock()`. */
   readonly signal: AbortSignal;
   /** Milliseconds the lease is still guaranteed to be ours (0 once unlocked or lost). */

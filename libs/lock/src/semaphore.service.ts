@@ -27,8 +27,11 @@ export interface Permit {
   readonly token: string;
   /** Milliseconds spent waiting before the permit was granted (exactly 0 when one was free). */
   readonly elapsed: number;
-  /** Strictly greater than the fence of every earlier permit of this semaphore, as `Lock.fence`. */
-  readonly fence: number;
+  /**
+   * Strictly greater than every fence drawn earlier for a permit of this semaphore, drawn on the first
+   * call while the permit is ours, as `Lock.fence()`.
+   */
+  fence(): Promise<number>;
   /** Aborted with a `LockLostError` once the lease is known to be lost; never by `release()`. */
   readonly signal: AbortSignal;
   /** Milliseconds the lease is still guaranteed to be ours (0 once released or lost). */

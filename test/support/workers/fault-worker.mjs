@@ -1,6 +1,12 @@
 // A child process of the fault suite and the fencing test. Its loops take leases over and over and
-// record every hold (token, fence, when it was requested, granted, valid until, released or lost) so
-// that test/support/history.ts can check the history afterwards.
+// record every hold (token, fence, when it was requested, granted, fenced, valid until, released or
+// lost) so that test/support/history.ts can check the history afterwards.
+//
+// Fences are drawn on demand (`lease.fence()`), while the lease is held: every holder draws its fence
+// at a random moment of its hold — right after the grant, after part of its section, or at its end —
+// and records when (`fencedAt`, and `drawn`: 'grant' | 'during' | 'end'). A draw that fails (the lease
+// was lost, or Redis is away for the rest of the lease) leaves the hold without a fence; it is counted
+// in the summary's `fenceErrors`, and a unit of work claimed for it goes back in its queue.
 //
 // usage: node fault-worker.mjs '<config as JSON>'
 //
@@ -9,12 +15,15 @@
 //   `withLock(key, fn, { ttl, autoExtend: true })`, plus one loop on `slowKey` whose sections outlive
 //   the ttl (so that renewals are in flight whenever a fault hits). Under each lock the loop does one
 //   unit of fenced work against the `resourceUrl` server, which the suite never faults: it takes a
-//   unit from the key's queue, works `sectionMs`, and writes it with its fence; the resource refuses a
-//   fence lower than the highest it has seen for that key and the unit goes back in the queue.
+//   unit from the key's queue, works `sectionMs` (drawing its fence at some moment of it), and writes
+//   it with its fence; the resource refuses a fence lower than the highest it has seen for that key
+//   and the unit goes back in the queue. The claim of a unit names the fence once it is drawn.
 // - broken: the control. A bare `lock()` without renewal, released by a raw `DEL` of the lock's Redis
-//   key (no token check), and every `longEvery`-th section outlives the ttl.
+//   key (no token check), and every `longEvery`-th section outlives the ttl. Its holders draw their
+//   fence right after the grant, as they did when fences came with it: its stale writes still happen.
 // - semaphore: `loops` loops, each holding a permit of one of `keys` (limit `limit`) through
-//   `withPermit(name, limit, fn, { ttl, autoExtend: true })`; no fenced work.
+//   `withPermit(name, limit, fn, { ttl, autoExtend: true })`, drawing its fence at a random moment of
+//   the section; no fenced work.
 // With `expires`, holders in the lock and semaphore modes call `expire()` with random shorter and
 // longer ttls (0.3 to 1.2 × ttl) during their holds, unawaited too, so that it races the watchdog's
 // renewals; each answer is followed by a validity sample, which the checker holds against other grants.
@@ -25,8 +34,9 @@
 // it stops when the key `<run>:stop` appears on the resource server.
 //
 // - fence: `loops` loops in this process take `key` `count` times in all through `withLock`; each
-//   holder RPUSHes its fence to `listKey` on the LOCK server while it holds the lock, so that the list
-//   is in the order the server granted the lock. Prints one JSON line, {fences}, at the end.
+//   holder draws its fence at once or after a random pause (up to 3 ms) and RPUSHes it to `listKey` on
+//   the LOCK server while it holds the lock, so that the list is in the order the server granted the
+//   lock. Prints one JSON line, {fences}, at the end.
 import { NestFactory } from '@nestjs/core';
 import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -46,6 +56,8 @@ const summary = {
   appliedWrites: 0,
   rejectedWrites: 0,
   expires: {},
+  /** Draws of a fence that failed (the hold went without one), by code (LOCK_LOST with its reason). */
+  fenceErrors: {},
 };
 process.on('unhandledRejection', (reason) => {
   summary.unhandledRejections++;
@@ -81,8 +93,11 @@ async function runFenceMode() {
         await locks.withLock(
           config.key,
           async (lock) => {
-            fences.push(lock.fence);
-            await lockServer.rpush(config.listKey, String(lock.fence));
+            // At a random moment of the hold: at once, or after part of it has passed.
+            if (Math.random() < 0.5) await delay(Math.random() * 3);
+            const fence = await lock.fence();
+            fences.push(fence);
+            await lockServer.rpush(config.listKey, String(fence));
           },
           { timeout: 60_000 },
         );
@@ -179,7 +194,10 @@ async function runFaultMode() {
         async (permit) => {
           hold = startHold(loop, name, 'semaphore', permit, requestedAt);
           hold.limit = config.limit;
-          await workWhileExpiring(hold, permit, config.sectionMs);
+          const { drawn, before } = drawMoment(config.sectionMs);
+          await workWhileExpiring(hold, permit, before);
+          await drawFence(hold, permit, drawn);
+          await workWhileExpiring(hold, permit, config.sectionMs - before);
           sampleValidity(hold, permit);
           hold.releasedAt = Date.now();
         },
@@ -212,7 +230,6 @@ async function runFaultMode() {
       key,
       kind,
       token: lease.token,
-      fence: lease.fence,
       requestedAt,
       acquiredAt,
       validUntil: acquiredAt,
@@ -234,7 +251,7 @@ async function runFaultMode() {
   // Works `sectionMs`; with `expires`, calls expire() with a random ttl at random moments meanwhile
   // (one in three sections of the short loops), sometimes without awaiting it before the next one.
   async function workWhileExpiring(hold, lease, sectionMs) {
-    if (!config.expires) return delay(sectionMs);
+    if (!config.expires || sectionMs <= 0) return delay(Math.max(0, sectionMs));
     const end = Date.now() + sectionMs;
     const expiring = [];
     do {
@@ -270,20 +287,34 @@ async function runFaultMode() {
     await pipeline.exec();
   }
 
-  // Take a unit, work on it, write it with the fence. No look at `signal` before the write on purpose:
-  // a holder paused between its last check and its write is the case fences exist for.
+  // Take a unit, work on it, write it with the fence, drawn at a random moment of the section. No look
+  // at `signal` before the write on purpose: a holder paused between its last check and its write is
+  // the case fences exist for.
   async function fencedWork(hold, lease, sectionMs) {
-    const claim = JSON.stringify({ pid: process.pid, key: hold.key, token: hold.token, fence: hold.fence });
-    const unit = await resource.claimUnit(`${run}:queue:${hold.key}`, `${run}:claims`, claim);
+    const { drawn, before } = mode === 'broken' ? { drawn: 'grant', before: 0 } : drawMoment(sectionMs);
+    if (drawn === 'grant' && !(await drawFence(hold, lease, drawn))) return;
+    const queue = `${run}:queue:${hold.key}`;
+    const unit = await resource.claimUnit(queue, `${run}:claims`, claimOf(hold));
     sampleValidity(hold, lease);
-    await (mode === 'broken' ? delay(sectionMs) : workWhileExpiring(hold, lease, sectionMs));
+    const work = (ms) => (mode === 'broken' ? delay(ms) : workWhileExpiring(hold, lease, ms));
+    if (drawn !== 'grant') {
+      await work(before);
+      if (!(await drawFence(hold, lease, drawn))) {
+        // No fence, no write: the unit waits for a later holder.
+        if (unit !== null) await resource.unclaimUnit(`${run}:claims`, queue, unit);
+        return;
+      }
+      // The claim names its fence now (the suite freezes a holder caught with a fenced claim).
+      if (unit !== null) await resource.hset(`${run}:claims`, unit, claimOf(hold));
+    }
+    await work(sectionMs - before);
     if (unit === null) return;
     const applied =
       (await resource.writeFenced(
         `${run}:highest:${hold.key}`,
         `${run}:claims`,
         `${run}:applied`,
-        `${run}:queue:${hold.key}`,
+        queue,
         unit,
         String(hold.fence),
         hold.key,
@@ -292,6 +323,46 @@ async function runFaultMode() {
     else summary.rejectedWrites++;
     hold.work = { unit, fence: hold.fence, applied, key: hold.key, pid: process.pid, at: Date.now() };
     sampleValidity(hold, lease);
+  }
+
+  function claimOf(hold) {
+    return JSON.stringify({ pid: process.pid, key: hold.key, token: hold.token, fence: hold.fence });
+  }
+
+  /**
+   * When in a section of `sectionMs` the fence is drawn: right after the grant, after a random part of
+   * the section, or at its end — a third of the holds each. `before`: ms of the section before the draw.
+   */
+  function drawMoment(sectionMs) {
+    const roll = Math.random();
+    if (roll < 1 / 3) return { drawn: 'grant', before: 0 };
+    if (roll < 2 / 3) return { drawn: 'during', before: Math.random() * sectionMs };
+    return { drawn: 'end', before: sectionMs };
+  }
+
+  /**
+   * Draws the lease's fence into `hold` (with `fencedAt`, right after it came); true if one was drawn.
+   * Redis away: tried again while the lease lasts. Lost (taken, expired): the hold goes without one.
+   */
+  async function drawFence(hold, lease, drawn) {
+    for (;;) {
+      try {
+        hold.fence = await lease.fence();
+        hold.fencedAt = Date.now();
+        hold.drawn = drawn;
+        return true;
+      } catch (error) {
+        const code = error?.code ?? 'OTHER';
+        count(summary.fenceErrors, code === 'LOCK_LOST' ? `${code} ${error.reason}` : code);
+        if (code === 'BACKEND_UNAVAILABLE' && !lease.signal.aborted && lease.validity > 0) {
+          await delay(20);
+          continue;
+        }
+        if (!['LOCK_LOST', 'BACKEND_UNAVAILABLE'].includes(code))
+          summary.unexpected.push(`fence: ${describeError(error)}`);
+        return false;
+      }
+    }
   }
 }
 
@@ -317,6 +388,14 @@ local unit = redis.call('LPOP', KEYS[1])
 if not unit then return false end
 redis.call('HSET', KEYS[2], unit, ARGV[1])
 return unit`,
+  });
+  // Gives a claimed unit back to its queue, unwritten. KEYS: claims, queue; ARGV: the unit.
+  resource.defineCommand('unclaimUnit', {
+    numberOfKeys: 2,
+    lua: `
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[1])
+return 1`,
   });
   // The fenced write: applies the unit if its fence is not below the highest seen for the key (and makes
   // it the highest), else puts the unit back in the queue for a later holder. Fences go in and out as

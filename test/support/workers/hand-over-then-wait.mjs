@@ -11,7 +11,7 @@ const [url, key] = process.argv.slice(2);
 const say = (event) => process.stdout.write(`${JSON.stringify(event)}\n`);
 const { locks, close } = await startWorkerApp(url);
 const holder = await locks.lock(key, { ttl: 30_000 });
-say({ event: 'held', fence: holder.fence });
+say({ event: 'held', fence: await holder.fence() });
 let next;
 for await (const line of createInterface({ input: process.stdin })) {
   if (line === 'B') {
@@ -21,7 +21,8 @@ for await (const line of createInterface({ input: process.stdin })) {
     await delay(300);
     say({ event: 'released', ok: await holder.unlock() });
     const lock = await next;
-    say({ event: 'B holds', fence: lock.fence, token: lock.token });
+    // Drawn while B holds the lock.
+    say({ event: 'B holds', fence: await lock.fence(), token: lock.token });
     await delay(3_000);
     say({ event: 'B released', ok: await lock.unlock() });
     await close();

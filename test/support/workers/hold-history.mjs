@@ -1,7 +1,10 @@
 // A child process of the topology tests: `workers` loops that, until `durationMs` has passed, take
 // one of `keys` with withLock — or a permit of it with withPermit, mode `semaphore:<limit>` — (a
 // short read-await-write of the key's counter inside, for locks), and record each hold for the
-// history checker (test/support/history.ts) and each error by its code.
+// history checker (test/support/history.ts) and each error by its code. Each holder draws its fence
+// (`fence()`, on demand) at a random moment of its hold — first thing, in the middle of its section,
+// or last thing — and records when it came (`fencedAt`); a draw that fails leaves the hold without a
+// fence and is counted by its code in `fenceErrors` (apart from the calls' errors).
 //
 // usage: node hold-history.mjs <target> <keys,comma-separated> <processes> <workers> <durationMs> <timeoutMs> <lock|semaphore:N>
 // (target: a redis:// URL or cluster:<host:port>,…; see worker-app.mjs)
@@ -30,6 +33,7 @@ function sectionFailed(error) {
 }
 const holds = [];
 const errors = {};
+const fenceErrors = {};
 let slowestCall = 0;
 await Promise.all(
   Array.from({ length: Number(workers) }, async (_, worker) => {
@@ -41,25 +45,44 @@ await Promise.all(
         const hold = async (lock) => {
           const acquiredAt = Date.now();
           const validUntil = acquiredAt + lock.validity;
+          // The step of the section after which the fence is drawn: 0 first thing, 2 last thing.
+          const drawAfter = Math.floor(Math.random() * 3);
+          const drawn = {};
+          const drawFence = async (step) => {
+            if (step !== drawAfter) return;
+            phases[worker] = `drawing the fence of ${key} since ${Date.now()}`;
+            try {
+              drawn.fence = await lock.fence();
+              drawn.fencedAt = Date.now();
+            } catch (error) {
+              const code = error?.code ?? `${error?.name}: ${error?.message}`;
+              fenceErrors[code] = (fenceErrors[code] ?? 0) + 1;
+            }
+          };
+          await drawFence(0);
           if (limit === undefined) {
             const counter = `${key}:counter`;
             phases[worker] = `GET ${counter} since ${Date.now()}`;
             // The section's own client (not the library) may fail during a failover: counted apart.
             const value = Number(await redis.get(counter).catch(sectionFailed));
             await delay(1);
+            await drawFence(1);
             phases[worker] = `SET ${counter} since ${Date.now()}`;
             await redis.set(counter, value + 1).catch(sectionFailed);
             phases[worker] = `releasing ${key} since ${Date.now()}`;
           } else {
-            await delay(2);
+            await delay(1);
+            await drawFence(1);
+            await delay(1);
           }
+          await drawFence(2);
           holds.push({
             pid: process.pid,
             worker,
             key,
             ...(limit === undefined ? { kind: 'lock' } : { kind: 'semaphore', limit }),
             token: lock.token,
-            fence: lock.fence,
+            ...drawn,
             requestedAt,
             acquiredAt,
             validUntil: lock.validity > 0 ? Math.max(validUntil, Date.now() + lock.validity) : validUntil,
@@ -84,4 +107,4 @@ await Promise.all(
 phases.fill(`closing since ${Date.now()}`);
 await close();
 clearTimeout(overdue);
-process.stdout.write(JSON.stringify({ holds, errors, slowestCall }));
+process.stdout.write(JSON.stringify({ holds, errors, fenceErrors, slowestCall }));

@@ -1,4 +1,4 @@
-import { waiterLine } from '../store/redis/lua.js';
+import { FENCE_RULE, SERVER_TIME, waiterLine } from '../store/redis/lua.js';
 import { type PublishCommand, script } from '../store/redis/script.js';
 
 /**
@@ -30,9 +30,10 @@ end
 }
 
 /**
- * One attempt to take the lock; with the line of waiters (fair) or without.
- * - The fast path is one SET NX PX with its fence (unless fair waiters are in line: they come
- *   first). Its fence is drawn before the lease is written, and is lost when the lock is taken.
+ * One attempt to take the lock; with the line of waiters (fair) or without. Returns 1 when the token
+ * holds the lock now; else {ms the holder's lease still runs, the last fence issued}. No fence is
+ * drawn: `fenceLockScript` draws one when the holder asks.
+ * - The fast path is one SET NX PX (unless fair waiters are in line: they come first).
  * - "Held by this token already" counts as granted: a retry after a lost reply, or a waiter that
  *   missed the message telling it the lock was handed to it.
  * - A free lock with a fair waiter ahead of the caller (its holder's lease ran out, or a handover
@@ -46,17 +47,16 @@ local token, ttl, fair = ARGV[1], ARGV[2], ARGV[3] == '1'
 local waitMs, inLine = tonumber(ARGV[4]), ARGV[5] == '1'
 counterTtl = ARGV[8]
 if not fair or redis.call('EXISTS', line) == 0 then
-  local fence = nextFence()
   if redis.call('SET', lease, token, 'NX', 'PX', ttl) then
     if inLine then leaveLine(token) end
-    return fence
+    return 1
   end
 end
 local holder = redis.call('GET', lease)
 if holder == token then
   redis.call('PEXPIRE', lease, ttl)
   leaveLine(token)
-  return nextFence()
+  return 1
 end
 local nowMs, nowMicros = serverTime()
 dropGoneWaiters(nowMs)
@@ -65,7 +65,7 @@ if not holder then
   if not ahead or ahead == token then
     redis.call('SET', lease, token, 'PX', ttl)
     leaveLine(token)
-    return nextFence()
+    return 1
   end
   redis.call('SET', lease, ahead, 'PX', ARGV[6])
   leaveLine(ahead)
@@ -73,6 +73,21 @@ if not holder then
 end
 if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs) end
 return {redis.call('PTTL', lease), lastFence()}
+`,
+);
+
+/**
+ * Draws the fence of the lock the token holds (the fence rule, `FENCE_RULE`): only while it holds
+ * it, so that fences increase in the order the lock was held. KEYS[1] the lock, KEYS[2] its fence
+ * counter; ARGV[1] owner token, ARGV[2] fence counter ttl ms. Returns the fence, or 0 when the token
+ * does not hold the lock (nothing is drawn).
+ */
+export const fenceLockScript = script(
+  'fenceLock',
+  2,
+  `${SERVER_TIME}${FENCE_RULE}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+return drawFence(KEYS[2], ARGV[2])
 `,
 );
 
@@ -87,7 +102,14 @@ return {redis.call('PTTL', lease), lastFence()}
 export const releaseLockScript = script(
   'releaseLock',
   4,
-  (publish) => `${passOn(publish)}
+  (publish) => `
+-- The common case first, before the shared functions below are made (each call makes them anew):
+-- the token holds the lock, no successor is named and nobody waits. Compare and delete.
+if not ARGV[5] and redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4]) == 0 then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+${passOn(publish)}
 local token, successor = ARGV[1], ARGV[5]
 counterTtl = ARGV[4]
 if redis.call('GET', lease) ~= token then

@@ -1,4 +1,4 @@
-import { SERVER_TIME, waiterLine } from '../store/redis/lua.js';
+import { FENCE_RULE, SERVER_TIME, waiterLine } from '../store/redis/lua.js';
 import { type PublishCommand, script } from '../store/redis/script.js';
 
 /**
@@ -63,8 +63,9 @@ end
  * One attempt to take a permit: drops expired permits, serves the fair waiters in line ahead of the
  * caller, then grants one to the caller if, with it, no more than its limit are held and no waiter
  * ahead is held back — or renews the one the token holds already (a retry after a lost reply, or a
- * waiter that missed its handover message). A caller that waits records its limit. Its reply when
- * not granted: {ms until the first permit runs out, the last fence issued}. Permits handed to waiters
+ * waiter that missed its handover message). A caller that waits records its limit. Returns 1 when
+ * granted (no fence is drawn: `fencePermitScript` draws one when the holder asks); else {ms until the
+ * first permit runs out, the last fence issued}. Permits handed to waiters
  * ahead move the set's expiry to the last deadline.
  */
 export const acquirePermitScript = script(
@@ -85,12 +86,11 @@ if not granted and fair and redis.call('EXISTS', alive) == 1 then
   held, heldBack, handed = serveLine(held, nowMs, tonumber(ARGV[6]), ARGV[7], token)
 end
 if granted or (held < limit and not heldBack) then
-  local fence = nextFence()
   redis.call('ZADD', lease, nowMs + ttl, token)
   if inLine or granted then leaveLine(token) end
   local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
   redis.call('PEXPIREAT', lease, last[2])
-  return fence
+  return 1
 end
 if handed > 0 then
   local last = redis.call('ZRANGE', lease, -1, -1, 'WITHSCORES')
@@ -145,6 +145,22 @@ end
 ${expireWithLastLease}
 if handedFence > 0 then return {released, handedFence} end
 return released
+`,
+);
+
+/**
+ * Draws the fence of the unexpired permit the token holds (the fence rule, `FENCE_RULE`), from the
+ * semaphore's one counter: fences increase in the order they are drawn. KEYS[1] the permits, KEYS[2]
+ * the fence counter; ARGV[1] owner token, ARGV[2] fence counter ttl ms. Returns the fence, or 0 when
+ * the token holds no permit (nothing is drawn).
+ */
+export const fencePermitScript = script(
+  'fencePermit',
+  2,
+  `${SERVER_TIME}${FENCE_RULE}
+local deadline = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not deadline or tonumber(deadline) <= serverTime() then return 0 end
+return drawFence(KEYS[2], ARGV[2])
 `,
 );
 

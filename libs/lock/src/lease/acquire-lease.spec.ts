@@ -1,11 +1,12 @@
-import { describe, expect, it } from '@jest/globals';
+import { describe, expect, it, jest } from '@jest/globals';
 import { setTimeout as delay } from 'node:timers/promises';
 import { lockKind } from '../kinds/lock.kind.js';
 import { semaphoreKind } from '../kinds/semaphore.kind.js';
 import { DEFAULT_LEASE } from '../options/call-options.js';
 import { MemoryStore } from '../store/memory/memory.store.js';
 import { acceptedHandover, acquireLease, type LeaseCall } from './acquire-lease.js';
-import { LocalLines } from './local-line.js';
+import { LocalLines, lineOf } from './local-line.js';
+import { Watchdog } from './watchdog.js';
 
 const HANDOVER = 1_000;
 /** A lease of `leaseMs` that began at `sentAt` still runs until `sentAt + leaseMs` (no drift here). */
@@ -48,7 +49,11 @@ describe('acceptedHandover: the handover rules', () => {
 
 describe('acquireLease on the memory store', () => {
   const store = new MemoryStore();
-  const lines = new LocalLines();
+  const keeping = {
+    store,
+    lines: new LocalLines(),
+    watchdog: new Watchdog(store, undefined, { warn: () => undefined }),
+  };
   const call = <R>(kind: LeaseCall<R>['kind'], id: string, request: R, overrides = {}): LeaseCall<R> => ({
     kind,
     id,
@@ -57,17 +62,45 @@ describe('acquireLease on the memory store', () => {
   });
 
   it('grants a free lease at once, with elapsed exactly 0 and the ttl asked for', async () => {
-    const grant = await acquireLease({ store, lines }, call(lockKind, 'free', undefined), 1_000);
+    const grant = await acquireLease(keeping, call(lockKind, 'free', undefined), 1_000);
 
     expect(grant).toMatchObject({ elapsed: 0, ttl: 1_000, serverTtl: 1_000 });
-    expect('token' in grant && grant.fence).toBeGreaterThan(0);
+    // No fence is drawn for it: its holder draws one when it asks (`HeldLease.fence()`).
+    expect(grant).not.toHaveProperty('fence');
+  });
+
+  it('takes a free lease in one step when nobody of this process holds or waits for it: no turn, no line', async () => {
+    const openTurn = jest.spyOn(store, 'openTurn');
+    try {
+      const grant = await acquireLease(keeping, call(lockKind, 'one-step', undefined), 1_000);
+
+      expect(grant).toMatchObject({ elapsed: 0, ttl: 1_000 });
+      expect(openTurn).not.toHaveBeenCalled();
+    } finally {
+      openTurn.mockRestore();
+    }
+  });
+
+  it('goes the waiters’ path, not ahead of them, when a caller of this process is on it', async () => {
+    const acquireIfFree = jest.spyOn(store, 'acquireIfFree');
+    const line = lineOf(lockKind, 'behind-a-waiter');
+    keeping.lines.arrive(line);
+    try {
+      const grant = await acquireLease(keeping, call(lockKind, 'behind-a-waiter', undefined), 1_000);
+
+      expect(grant).toMatchObject({ ttl: 1_000 });
+      expect(acquireIfFree).not.toHaveBeenCalled();
+    } finally {
+      keeping.lines.depart(line);
+      acquireIfFree.mockRestore();
+    }
   });
 
   it('queues the fair waiters of this process in order of arrival, and serves them as the lease frees up', async () => {
-    const held = await acquireLease({ store, lines }, call(lockKind, 'queued', undefined, { ttl: 60 }), 1_000);
+    const held = await acquireLease(keeping, call(lockKind, 'queued', undefined, { ttl: 60 }), 1_000);
     const order: string[] = [];
     const waiters = ['first', 'second', 'third'].map((name) =>
-      acquireLease({ store, lines }, call(lockKind, 'queued', undefined, { ttl: 60 }), 1_000).then((grant) => {
+      acquireLease(keeping, call(lockKind, 'queued', undefined, { ttl: 60 }), 1_000).then((grant) => {
         order.push(name);
         return grant;
       }),
@@ -79,8 +112,8 @@ describe('acquireLease on the memory store', () => {
   });
 
   it('answers how long it waited when the timeout passes, and asks the kind nothing else', async () => {
-    await acquireLease({ store, lines }, call(semaphoreKind, 'full', 1, { ttl: 2_000 }), 1_000);
-    const refused = await acquireLease({ store, lines }, call(semaphoreKind, 'full', 1, { timeout: 50 }), 1_000);
+    await acquireLease(keeping, call(semaphoreKind, 'full', 1, { ttl: 2_000 }), 1_000);
+    const refused = await acquireLease(keeping, call(semaphoreKind, 'full', 1, { timeout: 50 }), 1_000);
 
     expect(refused).toEqual({ waited: expect.any(Number) });
     expect((refused as { waited: number }).waited).toBeGreaterThanOrEqual(45);
@@ -88,9 +121,9 @@ describe('acquireLease on the memory store', () => {
 
   it('gives a lease that arrives after the caller aborted back to the store', async () => {
     const abort = new AbortController();
-    await acquireLease({ store, lines }, call(lockKind, 'aborted', undefined, { ttl: 80 }), 1_000);
+    await acquireLease(keeping, call(lockKind, 'aborted', undefined, { ttl: 80 }), 1_000);
     const waiting = acquireLease(
-      { store, lines },
+      keeping,
       call(lockKind, 'aborted', undefined, { signal: abort.signal, timeout: 2_000 }),
       1_000,
     );

@@ -1,10 +1,11 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import type { AcquirePolicy } from '../options/call-options.js';
-import type { Turn } from '../store/store.js';
+import { LockBackendError } from '../lock.errors.js';
+import type { LockStore, Turn } from '../store/store.js';
 import { driftOf, type LeaseGrant, type LeaseKeeping } from './held-lease.js';
 import { lineOf } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
-import { type HandedLease, waitForLease } from './wait-for-lease.js';
+import { type HandedLease, untilAborted, waitForLease } from './wait-for-lease.js';
 
 /** No lease within the timeout: how long it waited, and why the store refused when no holder was the reason. */
 export interface NotGranted {
@@ -23,26 +24,93 @@ export interface LeaseCall<Request = unknown> {
 }
 
 /**
- * Takes the lease of `call`: a fair request first waits for its turn among this process's waiters,
- * then every request runs the shared wait loop. Resolves with the grant, or with how long it waited
- * when the timeout passed; the caller turns that into its kind's error.
+ * Takes the lease of `call`. When nobody of this process holds or tries for it, one plain command
+ * takes it if it is free (`takeIfFree`); else a fair request first waits for its turn among this process's
+ * waiters, then every request runs the shared wait loop. Resolves with the grant, or with how long it
+ * waited when the timeout passed; the caller turns that into its kind's error.
  */
 export async function acquireLease<Request>(
+  keeping: Pick<LeaseKeeping, 'store' | 'lines' | 'watchdog'>,
+  call: LeaseCall<Request>,
+  commandTimeout: number,
+): Promise<LeaseGrant | NotGranted> {
+  const { lines } = keeping;
+  const start = performance.now();
+  const token = call.policy.token ?? createOwnerToken();
+  const line = lineOf(call.kind, call.id);
+  if (!lines.contended(line) && !keeping.watchdog.holds(call.kind, call.id)) {
+    const taken = await takeIfFree(keeping.store, call, token);
+    if (taken !== undefined) return taken;
+  }
+  lines.arrive(line);
+  try {
+    return await waitInLines(keeping, call, { token, line, start }, commandTimeout);
+  } finally {
+    lines.depart(line);
+  }
+}
+
+/**
+ * The store's one-command acquisition of a free lease (`LockStore.acquireIfFree`), for a caller with
+ * nobody of this process ahead of it: no turn, line or timer. `undefined` when it was not taken (or
+ * the store has no such command): the caller waits in line as usual. A failure to reach the store is
+ * left to the wait loop, which retries it; if the lost reply took the lease, its first attempt finds
+ * the lease its own.
+ */
+async function takeIfFree<Request>(
+  store: LockStore,
+  { kind, id, request, policy }: LeaseCall<Request>,
+  token: string,
+): Promise<LeaseGrant | undefined> {
+  if (store.acquireIfFree === undefined) return undefined;
+  policy.signal?.throwIfAborted();
+  const sentAt = performance.now();
+  let taken: boolean | undefined;
+  try {
+    taken = await untilAborted(store.acquireIfFree(kind, id, request, token, policy.ttl), policy.signal);
+  } catch (error) {
+    if (policy.signal?.aborted && error === policy.signal.reason) {
+      // Aborted with the command in flight (a frozen server): its answer is not awaited, and the
+      // release sent after it on the same connection undoes what it may still take.
+      store.release(kind, id, token).catch(() => undefined);
+      throw error;
+    }
+    if (error instanceof LockBackendError && error.transient) return undefined;
+    throw error;
+  }
+  if (!taken) return undefined;
+  if (policy.signal?.aborted || !stillRunsOn(store, sentAt, policy.ttl)) {
+    // Taken as the caller gave up, or its answer came after its lease ran out (see `ranOutOnArrival`).
+    await store.release(kind, id, token).catch(() => undefined);
+    policy.signal?.throwIfAborted();
+    return undefined;
+  }
+  return { token, ttl: policy.ttl, sentAt, serverTtl: policy.ttl, elapsed: 0 };
+}
+
+/** Whether a lease of `leaseMs` on `store` that began no earlier than `sentAt` still runs by this process's clock. */
+function stillRunsOn(store: LockStore, sentAt: number, leaseMs: number): boolean {
+  return performance.now() < sentAt + leaseMs - driftOf(store, leaseMs);
+}
+
+/**
+ * The waiters' path, for `token` since `start`: the local `line` (fair), then the store's attempts,
+ * lines and handovers.
+ */
+async function waitInLines<Request>(
   { store, lines }: Pick<LeaseKeeping, 'store' | 'lines'>,
   call: LeaseCall<Request>,
+  { token, line, start }: { token: string; line: string; start: number },
   commandTimeout: number,
 ): Promise<LeaseGrant | NotGranted> {
   const { kind, id, request, policy } = call;
   const { fair, signal } = policy;
-  const token = policy.token ?? createOwnerToken();
-  const start = performance.now();
   const release = () => store.release(kind, id, token);
 
-  // A single attempt (timeout 0) queues nowhere.
-  const line = lineOf(kind, id);
+  // The cohort (`fair: true`) queues in this process first; a single attempt (timeout 0) nowhere.
   let leaveLocalLine: (() => void) | null = null;
   let queuedLocally = false;
-  if (fair && policy.timeout > 0) {
+  if (fair === true && policy.timeout > 0) {
     queuedLocally = lines.isBusy(line);
     leaveLocalLine = await lines.enter(line, start + policy.timeout, signal);
     if (leaveLocalLine === null) return { waited: performance.now() - start };
@@ -59,9 +127,7 @@ export async function acquireLease<Request>(
     let toldToWaitAt = -Infinity;
     let fenceAtWait = Infinity;
     let refusal: string | undefined;
-    /** Whether a lease of `leaseMs` that began no earlier than `sentAt` still runs by this process's clock. */
-    const stillRuns = (sentAt: number, leaseMs: number) =>
-      performance.now() < sentAt + leaseMs - driftOf(store, leaseMs);
+    const stillRuns = (sentAt: number, leaseMs: number) => stillRunsOn(store, sentAt, leaseMs);
     // A grant whose answer came back after its lease ran out may already be someone else's lease:
     // it is given back, and the wait goes on (as Redlock does with a validity ≤ 0).
     const ranOutOnArrival = async (sentAt: number, leaseMs: number): Promise<boolean> => {
@@ -98,14 +164,16 @@ export async function acquireLease<Request>(
       {
         attempt: async (join, inLine) => {
           const sentAt = performance.now();
-          const options = { fair, liveness: join ? liveness : 0, inLine };
+          const options = { fair: fair !== false, liveness: join ? liveness : 0, inLine };
           const answer = await store.acquire(kind, id, request, token, policy.ttl, options);
-          if (answer.fence === 0) {
+          if (!answer.granted) {
             toldToWaitAt = sentAt;
             fenceAtWait = answer.lastFence ?? 0;
             refusal = answer.refusal;
           }
-          return answer.fence > 0 && (await ranOutOnArrival(sentAt, policy.ttl)) ? { fence: 0, retryIn: 0 } : answer;
+          return answer.granted && (await ranOutOnArrival(sentAt, policy.ttl))
+            ? { granted: false, retryIn: 0 }
+            : answer;
         },
         pause: async (wait, pauseSignal) => {
           const fence = await turn.wait(wait, pauseSignal);
@@ -127,7 +195,7 @@ export async function acquireLease<Request>(
     return {
       token,
       ttl: policy.ttl,
-      fence: won.fence,
+      ...(won.fence === undefined ? {} : { fence: won.fence }),
       sentAt: won.sentAt,
       serverTtl: won.serverTtl ?? policy.ttl,
       elapsed: won.elapsed === 0 && !queuedLocally ? 0 : performance.now() - start,

@@ -12,7 +12,8 @@ import type { Watchdog, WatchedLease } from './watchdog.js';
 /** What the wait loop hands over when a lease is won. */
 export interface LeaseGrant {
   token: string;
-  fence: number;
+  /** Handed over by a release: the fence it came with. Else drawn when the holder asks (`fence()`). */
+  fence?: number;
   /** Milliseconds spent waiting (exactly 0 when it was free). */
   elapsed: number;
   ttl: number;
@@ -77,6 +78,9 @@ export class HeldLease implements WatchedLease {
    * they were sent, and so are their answers here — an older answer never undoes a newer one.
    */
   private extension?: Promise<void>;
+  /** The fence, once drawn (or handed over with the lease); the draw on its way meanwhile. */
+  private drawnFence?: number;
+  private drawing?: Promise<number>;
   /** When the watchdog should renew it next (only with `autoExtend`). */
   extendAt: number;
   /** How long the lease the store holds now runs: the short handover lease until the first renewal, then the ttl. */
@@ -85,7 +89,6 @@ export class HeldLease implements WatchedLease {
   mustExtend: boolean;
 
   readonly token: string;
-  readonly fence: number;
   readonly elapsed: number;
 
   constructor(
@@ -99,7 +102,7 @@ export class HeldLease implements WatchedLease {
     private readonly hold: HoldTimer,
   ) {
     this.token = grant.token;
-    this.fence = grant.fence;
+    this.drawnFence = grant.fence;
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
     this.validUntil = grant.sentAt + grant.serverTtl - driftOf(keeping.store, grant.serverTtl);
@@ -126,6 +129,31 @@ export class HeldLease implements WatchedLease {
       if (this.lostError) this.lostController.abort(this.lostError);
     }
     return this.lostController.signal;
+  }
+
+  /**
+   * The lease's fence: drawn by the store on the first call, while the lease is ours (one round trip),
+   * then the same number without one. Strictly greater than the fence of every earlier holder of the
+   * lease. Rejects with `LockLostError` when the lease is not ours any more (released, expired or
+   * taken: a lease found gone is lost, its `signal` aborts), with `LockBackendError` when the store
+   * cannot be reached (the next call tries again).
+   */
+  fence(): Promise<number> {
+    if (this.drawnFence !== undefined) return Promise.resolve(this.drawnFence);
+    this.drawing ??= this.drawFence().finally(() => (this.drawing = undefined));
+    return this.drawing;
+  }
+
+  private async drawFence(): Promise<number> {
+    if (this.state === 'held') {
+      const fence = await this.keeping.store.fence(this.kind, this.id, this.token);
+      if (fence > 0 && this.state === 'held') {
+        this.drawnFence = fence;
+        return fence;
+      }
+      if (fence === 0) this.lose('taken');
+    }
+    throw this.lostError ?? this.lossOf('released');
   }
 
   /** Milliseconds the lease is still guaranteed to be ours; 0 once released or lost. */
@@ -224,10 +252,9 @@ export class HeldLease implements WatchedLease {
     // The first waiter of this process, if any, may take the lease over in the same step (not when
     // retried later: by then it waits in the store's line like any other).
     const successor = lines.successor(lineOf(this.kind, this.id), this.token);
-    const releasing = store.release(this.kind, this.id, this.token, successor);
-    watchdog.releasing(releasing);
+    watchdog.releasing();
     try {
-      return await releasing;
+      return await store.release(this.kind, this.id, this.token, successor);
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
       const serverDeadline = this.validUntil + driftOf(store, this.leaseTtl);
@@ -235,6 +262,8 @@ export class HeldLease implements WatchedLease {
         releases.retry(this, () => store.release(this.kind, this.id, this.token), serverDeadline);
       }
       throw error;
+    } finally {
+      watchdog.released();
     }
   }
 
@@ -243,8 +272,7 @@ export class HeldLease implements WatchedLease {
     if (this.state !== 'held') return;
     this.state = 'lost';
     this.keeping.watchdog.untrack(this);
-    const { kind, id, token, fence } = this;
-    const error = new LockLostError(kind.name, id, token, fence, reason, kind.describeLost(id));
+    const error = this.lossOf(reason);
     this.lostError = error;
     this.lostController?.abort(error);
     if (this.policy.reportLoss) this.keeping.watchdog.reportLost(error);
@@ -290,6 +318,12 @@ export class HeldLease implements WatchedLease {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.releaseQuietly();
+  }
+
+  /** The error that says this lease is not ours any more (with its fence, if one was drawn). */
+  private lossOf(reason: LockLostError['reason']): LockLostError {
+    const { kind, id, token, drawnFence } = this;
+    return new LockLostError(kind.name, id, token, reason, kind.describeLost(id), drawnFence);
   }
 
   /** An extension sent at `sentAt` succeeded. */

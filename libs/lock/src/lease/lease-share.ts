@@ -27,8 +27,8 @@ export class LeaseShare {
     return this.lease.elapsed;
   }
 
-  get fence(): number {
-    return this.lease.fence;
+  fence(): Promise<number> {
+    return this.lease.fence();
   }
 
   get signal(): AbortSignal {

@@ -55,6 +55,27 @@ const MAX_PASSES_IN_A_ROW = 16;
  */
 export class LocalLines {
   private readonly lines = new Map<string, Line>();
+  /** How many callers of this process are on the waiters' path of each lease now, fair or not. */
+  private readonly trying = new Map<string, number>();
+
+  /**
+   * Whether a caller of this process is on the waiters' path of `line` (`arrive`): a newcomer then
+   * joins them rather than try a free lease ahead of them.
+   */
+  contended(line: string): boolean {
+    return this.trying.has(line);
+  }
+
+  /** A caller takes the waiters' path of `line`, until it `depart`s. */
+  arrive(line: string): void {
+    this.trying.set(line, (this.trying.get(line) ?? 0) + 1);
+  }
+
+  depart(line: string): void {
+    const count = this.trying.get(line) ?? 0;
+    if (count <= 1) this.trying.delete(line);
+    else this.trying.set(line, count - 1);
+  }
 
   /** Whether a waiter of this process holds the turn of `line` now (a newcomer would queue). */
   isBusy(line: string): boolean {

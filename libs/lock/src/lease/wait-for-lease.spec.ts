@@ -4,7 +4,7 @@ import type { TurnWait } from '../store/store.js';
 import { sleep } from '../util/sleep.js';
 import { type HandedLease, waitForLease, type WaitPolicy } from './wait-for-lease.js';
 
-/** An attempt that answers from a script (a fence, 0 = taken, or an error), recording when it was made. */
+/** An attempt that answers from a script (1 = granted, 0 = taken, or an error), recording when it was made. */
 function scriptedLease(answers: (number | Error)[], fallback: number | Error = 0) {
   const attemptsAt: number[] = [];
   const start = performance.now();
@@ -17,7 +17,7 @@ function scriptedLease(answers: (number | Error)[], fallback: number | Error = 0
         attemptsAt.push(performance.now() - start);
         const answer = answers.shift() ?? fallback;
         if (answer instanceof Error) throw answer;
-        return { fence: answer, retryIn: 0 };
+        return { granted: answer > 0, retryIn: 0 };
       },
       // A store that cannot promise wake-ups: every wait lasts the backoff step.
       pause: ({ step }: TurnWait, signal?: AbortSignal): Promise<HandedLease | null> =>
@@ -47,9 +47,12 @@ describe('waitForLease', () => {
   });
 
   it('returns elapsed exactly 0 when the first attempt succeeds', async () => {
-    const { lease } = scriptedLease([7]);
+    const { lease } = scriptedLease([1]);
 
-    expect(await waitForLease(lease, policy({}))).toMatchObject({ elapsed: 0, fence: 7 });
+    const won = await waitForLease(lease, policy({}));
+    expect(won).toMatchObject({ elapsed: 0 });
+    // An attempt draws no fence: the holder draws one when it asks.
+    expect(won).not.toHaveProperty('fence');
   });
 
   it('grows the wait by ratio up to maxStep, with jitter within ±25 %', async () => {
@@ -118,7 +121,7 @@ describe('waitForLease', () => {
     const { lease, releases } = scriptedLease([]);
     lease.attempt = async () => {
       controller.abort(reason);
-      return { fence: 1, retryIn: 0 };
+      return { granted: true, retryIn: 0 };
     };
 
     await expect(waitForLease(lease, policy({}), controller.signal)).rejects.toBe(reason);
@@ -235,7 +238,7 @@ describe('waitForLease with wake-ups', () => {
   it("looks again when the holder's lease runs out by itself, even with a long step", async () => {
     const pauses: number[] = [];
     const { lease } = scriptedLease([]);
-    lease.attempt = async () => ({ fence: pauses.length > 0 ? 1 : 0, retryIn: 30 });
+    lease.attempt = async () => ({ granted: pauses.length > 0, retryIn: 30 });
     lease.pause = async ({ limit, step }: TurnWait) => {
       pauses.push(limit, step);
       return null;
@@ -251,7 +254,7 @@ describe('waitForLease with wake-ups', () => {
     const { lease, releases } = scriptedLease([]);
     lease.attempt = async (join: boolean) => {
       joins.push(join);
-      return { fence: 0, retryIn: 0 };
+      return { granted: false, retryIn: 0 };
     };
 
     expect(await waitForLease(lease, policy({ timeout: 0 }))).toBeNull();

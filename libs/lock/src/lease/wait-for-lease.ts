@@ -35,7 +35,8 @@ export interface HandedLease {
 export interface WonLease {
   /** Milliseconds spent waiting (exactly 0 when the first attempt succeeded). */
   elapsed: number;
-  fence: number;
+  /** Handed over by a release: the fence it came with (an attempt draws none). */
+  fence?: number;
   /** `performance.now()` before which the lease surely did not start: the send time of the winning attempt. */
   sentAt: number;
   /** Handed over by a release: how long the store's lease runs from `sentAt`; else the ttl asked for. */
@@ -78,7 +79,7 @@ export async function waitForLease(
       signal?.throwIfAborted();
       const sentAt = performance.now();
       const join = deadline - sentAt > 0;
-      let answer: Attempt = { fence: 0, retryIn: 0 };
+      let answer: Attempt = { granted: false, retryIn: 0 };
       let failure: LockBackendError | undefined;
       try {
         answer = await untilAborted(lease.attempt(join, attempts > 1), signal);
@@ -98,18 +99,14 @@ export async function waitForLease(
       }
       if (join) mayHoldUnwanted = true;
 
-      if (answer.fence > 0) {
+      if (answer.granted) {
         if (signal?.aborted) {
           // The abort came while the winning attempt was in flight: nobody will use this lease.
           mayHoldUnwanted = true;
           throw signal.reason;
         }
         won = true;
-        return {
-          elapsed: attempts === 1 ? 0 : performance.now() - start,
-          fence: answer.fence,
-          sentAt,
-        };
+        return { elapsed: attempts === 1 ? 0 : performance.now() - start, sentAt };
       }
 
       const remaining = deadline - performance.now();
@@ -139,7 +136,7 @@ export async function waitForLease(
 }
 
 /** `promise`, or the signal's reason as soon as it aborts. */
-function untilAborted<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
+export function untilAborted<T>(promise: Promise<T>, signal?: AbortSignal): Promise<T> {
   if (signal === undefined) return promise;
   return new Promise<T>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);

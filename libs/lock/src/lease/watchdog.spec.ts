@@ -116,8 +116,8 @@ describe('the watchdog’s decisions (memory store)', () => {
     const store = new WatchedStore();
     const engine = await engineOn(store);
     // As a release hands it over: the store holds it for a short handover lease, the holder asked for 1 s.
-    const { fence } = await store.acquire(lockKind, 'handed', undefined, 'waiter', 90);
-    const grant = { token: 'waiter', fence, elapsed: 0, ttl: 1_000, serverTtl: 90, sentAt: performance.now() };
+    await store.acquire(lockKind, 'handed', undefined, 'waiter', 90);
+    const grant = { token: 'waiter', fence: 7, elapsed: 0, ttl: 1_000, serverTtl: 90, sentAt: performance.now() };
     const lease = new HeldLease(lockKind, 'handed', grant, engine, BARE, { end: () => undefined });
 
     await delay(200);

@@ -40,7 +40,7 @@ export class Watchdog {
   /** The same leases by kind and id (one token may hold one key twice: a caller's own token, given twice). */
   private readonly byId = new Map<string, Set<WatchedLease>>();
   /** Releases on their way to the store: a graceful shutdown waits for them (see `drain`). */
-  private readonly releasesInFlight = new Set<Promise<unknown>>();
+  private releasesInFlight = 0;
   private timer?: NodeJS.Timeout;
   /** `performance.now()` at which `timer` fires; `Infinity` when none is set. */
   private timerDue = Infinity;
@@ -76,6 +76,11 @@ export class Watchdog {
     if (leases?.size === 0) this.byId.delete(id);
   }
 
+  /** Whether a lease of `kind` on `id` is held in this process. */
+  holds(kind: LeaseKind, id: string): boolean {
+    return this.byId.has(idKeyOf(kind, id));
+  }
+
   /**
    * The leases of `kind` on `id` held in this process — by `token`, or by anybody without one —
    * newest last (released and lost ones are not kept).
@@ -97,11 +102,13 @@ export class Watchdog {
     }
   }
 
-  /** A release of a lease is on its way to the store until `release` settles. */
-  releasing(release: Promise<unknown>): void {
-    this.releasesInFlight.add(release);
-    const settled = () => void this.releasesInFlight.delete(release);
-    release.then(settled, settled);
+  /** A release of a lease is on its way to the store, until `released()`. */
+  releasing(): void {
+    this.releasesInFlight++;
+  }
+
+  released(): void {
+    this.releasesInFlight--;
   }
 
   /**
@@ -113,7 +120,7 @@ export class Watchdog {
    */
   async drain(ms: number): Promise<void> {
     const deadline = performance.now() + ms;
-    const busy = () => this.releasesInFlight.size > 0 || [...this.leases].some((lease) => lease.policy.reportLoss);
+    const busy = () => this.releasesInFlight > 0 || [...this.leases].some((lease) => lease.policy.reportLoss);
     while (busy() && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
   }
 

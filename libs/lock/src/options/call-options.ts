@@ -28,10 +28,23 @@ export interface LeaseOptions extends Partial<LeaseDefaults> {
    */
   autoExtend?: boolean;
   /**
-   * Serve waiters first come, first served across processes, and hand the lease straight to the
-   * next one on release. Default: the module's `defaults.fair` (`true`); `false` is the unordered path.
+   * In which order waiters get the lease (docs/API.md, "Fairness"): `true` (the module's default),
+   * first come first served across processes, where a process serves the waiters it already had (a
+   * bounded cohort) before one of another process; `'strict'`, first come first served across
+   * processes, no cohort; `false`, unordered (a release wakes one waiter, and a newcomer may take it first).
    */
-  fair?: boolean;
+  fair?: Fairness;
+}
+
+/** How waiters are served: see `LeaseOptions.fair`. */
+export type Fairness = boolean | 'strict';
+
+/** `fair` and `defaults.fair`: `true`, `false` or `'strict'`. */
+export function validateFairness(value: unknown, argument: string): Fairness | undefined {
+  if (value !== undefined && typeof value !== 'boolean' && value !== 'strict') {
+    throw new InvalidArgumentError(argument, `must be true, false or 'strict', got ${describe(value)}`);
+  }
+  return value;
 }
 
 export type SemaphoreOptions = LeaseOptions;
@@ -90,11 +103,11 @@ function validateOptionsBesideDurations(
   validateSignal(signal);
   if (token !== undefined) validateKey('token', token);
   validateBoolean(autoExtend, 'autoExtend');
-  validateBoolean(fair, 'fair');
+  validateFairness(fair, 'fair');
 }
 
 /** The defaults of every call, from the module options (`defaults`), resolved. */
-export type ModuleDefaults = Readonly<LeaseDefaults & { autoExtend: boolean; fair: boolean }>;
+export type ModuleDefaults = Readonly<LeaseDefaults & { autoExtend: boolean; fair: Fairness }>;
 
 /** What the services read of the module options: the defaults of every call, and where to log. */
 export interface ServiceOptions {
@@ -104,7 +117,7 @@ export interface ServiceOptions {
 
 /** How one acquisition goes, every option checked and every default filled in: what the lease core takes. */
 export interface AcquirePolicy extends LeaseDefaults {
-  fair: boolean;
+  fair: Fairness;
   /** The caller's own owner token; a fresh one when absent. */
   token?: string;
   signal?: AbortSignal;
@@ -117,7 +130,7 @@ export interface AcquirePolicy extends LeaseDefaults {
  */
 export function resolveAcquirePolicy(
   call: keyof typeof OPTION_NAMES,
-  defaults: Readonly<LeaseDefaults & { fair: boolean }>,
+  defaults: Readonly<LeaseDefaults & { fair: Fairness }>,
   options: LockOptions,
   margin: (ttl: number) => number,
 ): AcquirePolicy {

@@ -1,7 +1,7 @@
 import type { RedisLayout } from './redis/redis-layout.js';
 
 /** An operation a store runs on a lease: what a backend error says could not be done. */
-export type StoreOperation = 'acquire' | 'release' | 'extend' | 'count' | 'inspect' | 'forceRelease';
+export type StoreOperation = 'acquire' | 'release' | 'extend' | 'fence' | 'count' | 'inspect' | 'forceRelease';
 
 /**
  * What a store needs to know of a kind of lease (a lock, a permit of a semaphore, …). The stores

@@ -11,11 +11,11 @@ import type { StoreKind } from './store-kind.js';
  */
 export interface LockStore {
   /**
-   * One attempt to take the lease `id` of `kind` for `token` for `ttl` ms, asking `request`. Grants
-   * it with the lease's fence (≥ 1, greater than every fence this lease had before, by any owner),
-   * or tells how long the holder's lease still runs. Idempotent for the same token: if `token` holds
+   * One attempt to take the lease `id` of `kind` for `token` for `ttl` ms, asking `request`; granted,
+   * or told how long the holder's lease still runs. Idempotent for the same token: if `token` holds
    * it already (an earlier attempt whose reply was lost, or a handover whose message was lost), it
-   * counts as taken and the lease restarts. With `fair`, waiters that `join` the line are served in order.
+   * counts as taken and the lease restarts. With `fair`, waiters that `join` the line are served in
+   * order. No fence is drawn: `fence` draws one when its holder asks.
    */
   acquire<Request>(
     kind: StoreKind<Request>,
@@ -25,6 +25,29 @@ export interface LockStore {
     ttl: number,
     options: AttemptOptions,
   ): Promise<Attempt>;
+
+  /**
+   * Takes the lease `id` for `token` for `ttl` ms, asking `request`, in one step if nobody holds it — ahead of any
+   * waiter in the store's line, where waiters wait while it is free only after a holder died or a
+   * waiter handed the lease vanished. `true`: taken; `false`: not free (or not kept: see
+   * `waitForReplicas`); `undefined`: the store takes no lease of this kind that way. The caller, who
+   * knows that nobody of this process waits for the lease, attempts as usual when it is not taken.
+   */
+  acquireIfFree?<Request>(
+    kind: StoreKind<Request>,
+    id: string,
+    request: Request,
+    token: string,
+    ttl: number,
+  ): Promise<boolean | undefined>;
+
+  /**
+   * Draws the fence of the lease `token` holds on `id`: greater than every fence drawn for this lease
+   * before, by any owner. A fence is only ever drawn while its lease is held, and a lease of an
+   * exclusive kind begins only after the previous one ended, so fences increase in the order the
+   * leases were held. 0 when `token` does not hold the lease (expired or taken): nothing is drawn.
+   */
+  fence(kind: StoreKind, id: string, token: string): Promise<number>;
 
   /**
    * Gives the lease back only if `token` holds it — to `successor` (see `Successor`), or to the first
@@ -134,8 +157,8 @@ export interface TurnWait {
 
 /** The answer to one attempt. */
 export interface Attempt {
-  /** The lease's fence when granted, else 0. */
-  fence: number;
+  /** The token holds the lease now. */
+  granted: boolean;
   /** Not granted: ms the holder's lease (the first to run out) still runs by itself; ≤ 0 unknown. */
   retryIn: number;
   /**

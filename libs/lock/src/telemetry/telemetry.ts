@@ -19,6 +19,10 @@ export const ACQUIRE_SPAN_NAME = 'nest-lock.acquire';
 
 interface Instruments {
   api: OpenTelemetryApi;
+  /** A meter provider was registered when the module started: the metrics are recorded. */
+  metered: boolean;
+  /** Whether a tracer provider is registered now (one may come after the module started). */
+  tracing(): boolean;
   tracer: Tracer;
   waitDuration: Histogram;
   holdDuration: Histogram;
@@ -48,8 +52,14 @@ export class LockTelemetry {
     const api = await openTelemetry;
     if (api === undefined) return new LockTelemetry(undefined);
     const meter = api.metrics.getMeter(INSTRUMENTATION_NAME);
+    // Without an SDK, the API hands out no-op meters (this one, whoever asks) and a tracer provider
+    // that delegates to a no-op one: nothing is measured then, and nothing is made per acquisition.
+    const metered = meter !== api.createNoopMeter();
+    const noTracing = new api.ProxyTracerProvider().getDelegate();
     return new LockTelemetry({
       api,
+      metered,
+      tracing: () => (api.trace.getTracerProvider() as { getDelegate?(): unknown }).getDelegate?.() !== noTracing,
       tracer: api.trace.getTracer(INSTRUMENTATION_NAME),
       waitDuration: meter.createHistogram('nest_lock.wait.duration', {
         description: 'Time a caller waited for a lock or permit, whatever came of it',
@@ -84,7 +94,7 @@ export class LockTelemetry {
     id: string,
     acquire: () => Promise<Result>,
   ): Promise<Result> {
-    if (this.instruments === undefined) return acquire();
+    if (this.instruments === undefined || !(this.instruments.metered || this.instruments.tracing())) return acquire();
     const { api, tracer, waiters } = this.instruments;
     const kindOnly: Attributes = { 'nest_lock.kind': kind };
     const start = performance.now();
@@ -110,7 +120,7 @@ export class LockTelemetry {
 
   /** Starts the hold time of a lease just granted; it is recorded when the lease is released. */
   startHold(kind: string): HoldTimer {
-    if (this.instruments === undefined) return UNTIMED;
+    if (this.instruments === undefined || !this.instruments.metered) return UNTIMED;
     const { holdDuration } = this.instruments;
     const start = performance.now();
     let ended = false;

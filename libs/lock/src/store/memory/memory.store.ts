@@ -7,7 +7,8 @@ import type { StoreKind } from '../store-kind.js';
 interface Holder {
   /** What it asked for (the kind's request), which the kind's admission rule reads. */
   request: unknown;
-  fence: number;
+  /** The last fence drawn for it (`fence`), if any. */
+  fence?: number;
   /** `performance.now()` at which its lease ends. */
   deadline: number;
   /** Frees the lease at its deadline so that waiters wake; unref'd, it never holds the process open. */
@@ -50,12 +51,31 @@ export class MemoryStore implements LockStore {
         )
       ) {
         const firstDeadline = Math.min(...others.map((holder) => holder.deadline));
-        return { fence: 0, retryIn: firstDeadline - performance.now() };
+        return { granted: false, retryIn: firstDeadline - performance.now() };
       }
     }
-    const fence = this.nextFence();
-    this.hold(kind, id, token, { request, fence, deadline: performance.now() + ttl });
-    return { fence, retryIn: 0 };
+    this.hold(kind, id, token, { request, deadline: performance.now() + ttl });
+    return { granted: true, retryIn: 0 };
+  }
+
+  /** Held by nobody (and the kind admits `request` alone): taken. */
+  async acquireIfFree<Request>(
+    kind: StoreKind<Request>,
+    id: string,
+    request: Request,
+    token: string,
+    ttl: number,
+  ): Promise<boolean> {
+    if (this.liveHolders(kind, id).size > 0 || !kind.admits([], request)) return false;
+    this.hold(kind, id, token, { request, deadline: performance.now() + ttl });
+    return true;
+  }
+
+  async fence(kind: StoreKind, id: string, token: string): Promise<number> {
+    const holder = this.liveHolders(kind, id).get(token);
+    if (holder === undefined) return 0;
+    holder.fence = this.nextFence();
+    return holder.fence;
   }
 
   async release(kind: StoreKind, id: string, token: string): Promise<boolean> {
@@ -89,15 +109,16 @@ export class MemoryStore implements LockStore {
     return this.liveHolders(kind, id).size;
   }
 
-  /** The holders' lease ttls, soonest first, and the highest fence among them (nothing is kept once they are gone). */
+  /**
+   * The holders' lease ttls, soonest first, and the highest fence drawn by them, if any (nothing is
+   * kept once they are gone).
+   */
   async inspect(kind: StoreKind, id: string): Promise<Inspection> {
     const now = performance.now();
     const holders = [...this.liveHolders(kind, id).values()];
-    if (holders.length === 0) return { ttls: [] };
-    return {
-      ttls: holders.map((holder) => Math.ceil(holder.deadline - now)).sort((a, b) => a - b),
-      fence: Math.max(...holders.map((holder) => holder.fence)),
-    };
+    const ttls = holders.map((holder) => Math.ceil(holder.deadline - now)).sort((a, b) => a - b);
+    const fences = holders.flatMap((holder) => (holder.fence === undefined ? [] : [holder.fence]));
+    return fences.length === 0 ? { ttls } : { ttls, fence: Math.max(...fences) };
   }
 
   async forceRelease(kind: StoreKind, id: string): Promise<boolean> {

@@ -11,16 +11,16 @@ import type { RedisScript } from './script.js';
  * - `acquire`: ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] when not
  *   granted, wait in line for this many ms ('0': a last attempt, it does not wait), ARGV[5] '1' if
  *   it joined the line before, ARGV[6] lease ms of a handover, ARGV[7] wake-up channel, ARGV[8] fence
- *   counter ttl ms, then `requestArgs`. Returns the fence (an integer) when the token holds the lease
- *   now; else {ms the holder's lease still runs, the last fence issued}: a bare integer, because the
- *   uncontended call is the one that counts (every argument and every element of a reply is parsed
- *   twice, by the client and by the server). Holding it already counts as granted (a retry after a
- *   lost reply, or a waiter that missed its handover message).
+ *   counter ttl ms, then `requestArgs`. Returns 1 when the token holds the lease now (no fence is
+ *   drawn); else {ms the holder's lease still runs, the last fence issued}. Holding it already counts
+ *   as granted (a retry after a lost reply, or a waiter that missed its handover message).
  * - `release`: ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] fence
  *   counter ttl ms; with a successor, ARGV[5] its token and ARGV[6] '1' if it may go ahead of the
  *   line. Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter
  *   giving up); {that, its fence} when the lease went to the successor.
  * - `extend`: ARGV[1] owner token, ARGV[2] ttl ms. Returns 1 if extended, else 0.
+ * - `fence` (KEYS[1] the lease, KEYS[2] its fence counter): ARGV[1] owner token, ARGV[2] fence counter
+ *   ttl ms. Draws the next fence (the fence rule) only if the token holds the lease: returns it, else 0.
  * - `forceRelease`: ARGV[1] lease ms of a handover, ARGV[2] channel, ARGV[3] fence counter ttl ms.
  *   Returns 1 if the lease was held, else 0.
  * - `count`, `inspect`: no ARGV; read-only.
@@ -31,10 +31,16 @@ export interface RedisLayout<Request> {
   /** The companion keys' suffixes, KEYS[2…] of every script: the fence counter first. */
   readonly companions: readonly string[];
   readonly acquire: RedisScript;
+  /**
+   * The lease is a string holding its owner's token, with the lease as its expiry: a free one is
+   * taken by `SET <lease> <token> NX PX <ttl>` alone (an uncontended attempt's one command).
+   */
+  readonly takenBySetNx: boolean;
   /** The acquire script's arguments after the common ones (a semaphore's limit). */
   requestArgs(request: Request): readonly (string | number)[];
   readonly release: RedisScript;
   readonly extend: RedisScript;
+  readonly fence: RedisScript;
   /** Returns how many hold the lease now. */
   readonly count: RedisScript;
   /** Returns what `readInspection` reads. */

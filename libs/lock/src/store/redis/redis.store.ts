@@ -73,20 +73,29 @@ export class RedisStore implements LockStore {
       this.options.fenceCounterTtl,
       ...kind.redis.requestArgs(request),
     ];
-    // The fence when granted; else [ms the holder's lease still runs, the last fence issued].
+    // 1 when granted; else [ms the holder's lease still runs, the last fence issued].
     const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, args)) as Integer | [Integer, string];
-    if (Array.isArray(reply)) return { fence: 0, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
-    const fence = Number(reply);
-    const { waitForReplicas } = this.options;
-    if (waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {
-      // Not on enough replicas in time: a failover could lose it, and a primary that was failed over
-      // while it was away (it has no replicas left) grants what the new primary may have given
-      // someone else. Given back: the caller's wait goes on.
-      await this.release(kind, id, token);
-      const refusal = `fewer than ${waitForReplicas.replicas} replica(s) acknowledged it within ${waitForReplicas.timeout} ms (waitForReplicas)`;
-      return { fence: 0, retryIn: 0, lastFence: fence, refusal };
-    }
-    return { fence, retryIn: 0 };
+    if (Array.isArray(reply)) return { granted: false, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
+    return this.granted(kind, id, token);
+  }
+
+  /** `SET <lease> <token> NX PX <ttl>`, for a kind whose lease is its owner's token. */
+  async acquireIfFree<Request>(
+    kind: StoreKind<Request>,
+    id: string,
+    _request: Request,
+    token: string,
+    ttl: number,
+  ): Promise<boolean | undefined> {
+    if (!kind.redis.takenBySetNx) return undefined;
+    const lease = this.mainKey(kind, id);
+    const answer = await this.run(
+      id,
+      () => kind.purposes.acquire(id),
+      () => this.client.set(lease, token, 'PX', toMillis(ttl), 'NX'),
+    );
+    if (answer !== 'OK') return false;
+    return this.options.waitForReplicas === undefined || (await this.granted(kind, id, token)).granted;
   }
 
   /** A release; a lease it handed to `successor` is delivered to its turn here. */
@@ -108,6 +117,11 @@ export class RedisStore implements LockStore {
 
   async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
     return Number(await this.runScript(kind, 'extend', id, kind.redis.extend, [token, toMillis(ttl)])) === 1;
+  }
+
+  async fence(kind: StoreKind, id: string, token: string): Promise<number> {
+    const args = [token, this.options.fenceCounterTtl];
+    return Number(await this.runScript(kind, 'fence', id, kind.redis.fence, args));
   }
 
   async extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
@@ -198,6 +212,21 @@ export class RedisStore implements LockStore {
   /** Subscribed wake-up channels right now (they are dropped shortly after their last waiter left). */
   get subscribedChannels(): number {
     return this.wakeUps.subscribedChannels;
+  }
+
+  /** The token holds the lease now: granted, once enough replicas have it when the module asks for that. */
+  private async granted(kind: StoreKind, id: string, token: string): Promise<Attempt> {
+    const { waitForReplicas } = this.options;
+    if (waitForReplicas && !(await this.acknowledged(id, waitForReplicas))) {
+      // Not on enough replicas in time: a failover could lose it, and a primary that was failed over
+      // while it was away (it has no replicas left) grants what the new primary may have given
+      // someone else. Given back: the caller's wait goes on. A handover message that came before this
+      // attempt is not taken (no last fence can say which came later): the next attempt finds out.
+      await this.release(kind, id, token);
+      const refusal = `fewer than ${waitForReplicas.replicas} replica(s) acknowledged it within ${waitForReplicas.timeout} ms (waitForReplicas)`;
+      return { granted: false, retryIn: 0, lastFence: Number.POSITIVE_INFINITY, refusal };
+    }
+    return { granted: true, retryIn: 0 };
   }
 
   /** Tells `successor` how the release that named it went; a lease it was handed goes to its turn. */

@@ -37,15 +37,14 @@ end
 `;
 
 /**
- * One node's share of an attempt: takes the lock for the token if it is free (SET PX, with a fence
- * drawn first so that a counter of the wrong type fails before anything is taken), or restarts the
- * lease if the token holds it already (a retry after a lost reply). A young node takes it too, but
- * says it is young: the caller does not count it.
- * KEYS[1] lock, KEYS[2] fence counter, KEYS[3] birth marker.
- * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] quarantine ms, ARGV[4] fence counter ttl ms.
- * Returns {1, fence (decimal string), 0, mature, run_id} when the token holds the lock on this node
- * now; {0, '0', PTTL of the holder's lease, mature, run_id} when another token holds it. The run_id
- * lets the caller count one server once, however many of its nodes name it.
+ * One node's share of an attempt: takes the lock for the token if it is free (SET PX), or restarts
+ * the lease if the token holds it already (a retry after a lost reply). A young node takes it too,
+ * but says it is young: the caller does not count it. No fence is drawn (`redlockFenceScript`).
+ * KEYS[1] lock, KEYS[2] fence counter (unused), KEYS[3] birth marker.
+ * ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] quarantine ms.
+ * Returns {1, 0, mature, run_id} when the token holds the lock on this node now; {0, PTTL of the
+ * holder's lease, mature, run_id} when another token holds it. The run_id lets the caller count one
+ * server once, however many of its nodes name it.
  */
 export const redlockAcquireScript = script(
   'redlockAcquire',
@@ -55,11 +54,27 @@ local token, ttl = ARGV[1], ARGV[2]
 local isMature = mature(ARGV[3])
 local holder = redis.call('GET', lease)
 if holder and holder ~= token then
-  return {0, '0', redis.call('PTTL', lease), isMature, runId}
+  return {0, redis.call('PTTL', lease), isMature, runId}
 end
-local fence = drawFence(counter, ARGV[4])
 redis.call('SET', lease, token, 'PX', ttl)
-return {1, string.format('%.0f', fence), 0, isMature, runId}
+return {1, 0, isMature, runId}
+`,
+);
+
+/**
+ * One node's share of drawing a fence: draws one from the node's counter (the single store's rule)
+ * only if the token holds the lock here. KEYS[1] lock, KEYS[2] fence counter, KEYS[3] birth marker.
+ * ARGV[1] owner token, ARGV[2] fence counter ttl ms, ARGV[3] quarantine ms.
+ * Returns {fence (decimal string) or '0' when the token does not hold the lock here, PTTL of its
+ * lease, mature, run_id}.
+ */
+export const redlockFenceScript = script(
+  'redlockFence',
+  3,
+  `${prelude}
+local isMature = mature(ARGV[3])
+if redis.call('GET', lease) ~= ARGV[1] then return {'0', 0, isMature, runId} end
+return {string.format('%.0f', drawFence(counter, ARGV[2])), redis.call('PTTL', lease), isMature, runId}
 `,
 );
 

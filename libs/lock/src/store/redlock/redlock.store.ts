@@ -9,6 +9,7 @@ import type { RedisScript } from '../redis/script.js';
 import {
   redlockAcquireScript,
   redlockExtendScript,
+  redlockFenceScript,
   redlockForceReleaseScript,
   redlockInspectScript,
   redlockMarkScript,
@@ -46,10 +47,10 @@ type NodeResult<T> = { ok: true; value: T } | { ok: false; error: LockBackendErr
  *   at least `quorum` mature servers taking the lock (counted by run_id: one server reached under two
  *   names counts once) AND a positive validity `ttl − elapsed − drift`.
  *   Otherwise it is released on every node (a lost reply may have taken the key).
- * - Fences: each node draws one from its own counter (the single store's rule); the lease's fence is
- *   the largest among the nodes that took the lock, written back (raised, never lowered) on a quorum
- *   before the grant is returned: any later quorum shares a node with that one, so it draws a larger
- *   fence (the **max rule**).
+ * - Fences, drawn when the holder asks (`fence`): each node where the token holds the lock draws one
+ *   from its own counter (the single store's rule); the lease's fence is the largest, written back
+ *   (raised, never lowered) on a quorum before it is returned: any later quorum shares a node with
+ *   that one, so it draws a larger fence (the **max rule**).
  * - A node nest-lock sees for the first time (its birth marker is missing: a restart that came back
  *   empty, a FLUSHALL) is young for `quarantine` ms: it neither grants nor counts for a renewal, since
  *   the leases it forgot may still be valid (the Redlock paper's delayed restart, done by the client).
@@ -108,26 +109,21 @@ export class RedlockStore implements LockStore {
     token: string,
     ttl: number,
   ): Promise<Attempt> {
-    const { purpose, start, timeout, keys, results } = await this.onAllWithin(
-      kind,
-      id,
-      'acquire',
-      ttl,
-      redlockAcquireScript,
-      [token, toMillis(ttl), this.options.quarantine, this.options.fenceCounterTtl],
-    );
+    const { start, timeout, results } = await this.onAllWithin(kind, id, 'acquire', ttl, redlockAcquireScript, [
+      token,
+      toMillis(ttl),
+      this.options.quarantine,
+    ]);
     // Servers (by run_id), not nodes: one server listed under two names must not count twice.
     const grantedBy = new Set<string>();
     let young = 0;
-    let fence = 0n;
     let retryIn = Infinity;
     let answered = 0;
     for (const result of results) {
       if (!result.ok) continue;
       answered++;
-      const [took, nodeFence, pttl, mature, runId] = result.value as [number, string, number, number, string];
+      const [took, pttl, mature, runId] = result.value as [number, number, number, string];
       if (Number(took) === 1) {
-        if (BigInt(nodeFence) > fence) fence = BigInt(nodeFence);
         if (Number(mature) === 1) grantedBy.add(runId);
         else young++;
       } else {
@@ -136,29 +132,58 @@ export class RedlockStore implements LockStore {
       }
     }
     const { quorum } = this.options;
-    if (grantedBy.size >= quorum && this.validity(start, ttl) > 0) {
-      // The max rule: the lease's fence is raised on a quorum before anybody is told of it.
-      const raised = await this.onAll(id, purpose, timeout, (client, timedOut) =>
-        this.evalScript(
-          client,
-          redlockRaiseFenceScript,
-          [keys[1]],
-          [fence.toString(), this.options.fenceCounterTtl],
-          timedOut,
-        ),
-      );
-      if (raised.filter((result) => result.ok).length >= quorum && this.validity(start, ttl) > 0) {
-        return { fence: Number(fence), retryIn: 0 };
-      }
-    }
+    if (grantedBy.size >= quorum && this.validity(start, ttl) > 0) return { granted: true, retryIn: 0 };
     // Not granted: whatever was taken goes back, on every node (a lost reply may have taken it).
     await this.releaseOnAll(kind, id, token, timeout);
-    if (answered < quorum) throw this.noQuorum(id, purpose, results);
+    if (answered < quorum) throw this.noQuorum(id, kind.purposes.acquire(id), results);
     return {
-      fence: 0,
+      granted: false,
       retryIn: Number.isFinite(retryIn) ? retryIn : 0,
       ...this.refusalOf(grantedBy.size, young, start, ttl),
     };
+  }
+
+  /**
+   * The max rule: each node where the token holds the lock draws a fence from its own counter; the
+   * lease's fence is the largest, raised on a quorum (never lowered) before it is returned — any later
+   * holder's quorum shares a node with that one, so it draws a larger fence. Needs the token to hold
+   * the lock on a quorum of mature nodes, and a quorum still to hold it once the fence is raised
+   * (the raise must land before the lease ends, before any later holder draws); else 0.
+   */
+  async fence(kind: StoreKind, id: string, token: string): Promise<number> {
+    this.checkKind(kind);
+    const purpose = kind.purposes.fence(id);
+    const start = performance.now();
+    const { commandTimeout, quorum, fenceCounterTtl, quarantine } = this.options;
+    const keys = this.keysOf(kind, id);
+    const drawn = await this.onAll(id, purpose, commandTimeout, (client, timedOut) =>
+      this.evalScript(client, redlockFenceScript, keys, [token, fenceCounterTtl, quarantine], timedOut),
+    );
+    const heldBy = new Set<string>();
+    const leaseLeft: number[] = [];
+    let fence = 0n;
+    for (const result of drawn) {
+      if (!result.ok) continue;
+      const [nodeFence, pttl, mature, runId] = result.value as [string, number, number, string];
+      if (nodeFence === '0') continue;
+      if (BigInt(nodeFence) > fence) fence = BigInt(nodeFence);
+      if (Number(mature) === 1 && !heldBy.has(runId)) {
+        heldBy.add(runId);
+        leaseLeft.push(leaseRunsOutIn(pttl));
+      }
+    }
+    const failed = drawn.filter((result) => !result.ok).length;
+    if (heldBy.size < quorum) {
+      if (heldBy.size + failed >= quorum) throw this.noQuorum(id, purpose, drawn);
+      return 0;
+    }
+    const raised = await this.onAll(id, purpose, commandTimeout, (client, timedOut) =>
+      this.evalScript(client, redlockRaiseFenceScript, [keys[1]], [fence.toString(), fenceCounterTtl], timedOut),
+    );
+    if (raised.filter((result) => result.ok).length < quorum) throw this.noQuorum(id, purpose, raised);
+    // How long a quorum still held it when the fences were drawn (the quorum-th longest lease).
+    const quorumLease = leaseLeft.sort((a, b) => b - a)[quorum - 1];
+    return this.validity(start, quorumLease) > 0 ? Number(fence) : 0;
   }
 
   /** Why an attempt no other owner blocked was refused: masters in quarantine, or a quorum that answered too late. */
