@@ -29,7 +29,7 @@ export function markdown({ meta, rows, checks, chartFile }) {
   ];
 
   if (checks.length) {
-    lines.push('## Acceptance (issue 8): nest-lock against the best anchor of this run', '');
+    lines.push('## Acceptance (issue 21): nest-lock against the best anchor of this run', '');
     lines.push(
       '| workload | point | nest-lock | best anchor | ratio | target | result |',
       '| --- | --- | --- | --- | --- | --- | --- |',
@@ -166,7 +166,7 @@ const HEADLINE_END = '<!-- /headline -->';
 
 /** A few lines for the terminal: the acceptance points, pass or fail. */
 export function consoleSummary(checks) {
-  const lines = ['', 'nest-lock against the best anchor of this run (issue 8 acceptance):'];
+  const lines = ['', 'nest-lock against the best anchor of this run (issue 21 acceptance):'];
   for (const check of checks) {
     const ratio = Number.isFinite(check.ratio)
       ? ` = ${check.ratio.toFixed(2)}× (${check.anchor} ${formatMetric(check.metric, check.anchorValue)})`

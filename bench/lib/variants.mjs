@@ -24,6 +24,7 @@ export const LEASE = 10_000;
  *   `baseline` (nest-lock built from `--baseline DIR`, rows measured only with that flag);
  * - `primary`: the subject row the acceptance points are checked on;
  * - `options`: per-call options (nest-lock) or constructor settings (the others);
+ * - `drawFence`: the nest-lock pair also draws the lock's fence (`await lock.fence()`) while it holds it;
  * - `topologies`: where else than one Redis it runs in `--topology` (see lib/topologies.mjs).
  */
 export const VARIANTS = [
@@ -45,6 +46,24 @@ export const VARIANTS = [
     options: { fair: false },
     workloads: ['W3', 'W4'],
     topologies: ['cluster'],
+  },
+  {
+    id: 'nest-lock-strict',
+    label: "nest-lock (fair: 'strict')",
+    kind: 'nest-lock',
+    role: 'subject',
+    options: { fair: 'strict' },
+    workloads: ['W3', 'W4'],
+  },
+  // What a fence costs: the W1 and W2 pair, drawing the lock's fence while it holds it.
+  {
+    id: 'nest-lock-fenced',
+    label: 'nest-lock (with fence())',
+    kind: 'nest-lock',
+    role: 'subject',
+    options: {},
+    drawFence: true,
+    workloads: ['W1', 'W2'],
   },
   // Measured only with `--baseline DIR`: the same two rows on another build of nest-lock (the one
   // before a change), in the same run, so that a change is judged against what it changed.
@@ -181,6 +200,7 @@ async function openNestLock(variant, spec, library) {
   return {
     async pair(key) {
       const lock = await locks.lock(key, options);
+      if (variant.drawFence) await lock.fence();
       await lock.unlock();
     },
     withLock: (key, fn) => locks.withLock(key, () => fn(), options),
