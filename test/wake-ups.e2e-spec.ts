@@ -135,6 +135,57 @@ describe('wake-ups and fair order on Redis', () => {
     }
   });
 
+  it('keeps a wake that comes while the waiter is not waiting: its next wait ends at once', async () => {
+    const key = uniqueKey('kept-wake');
+    const turn = store().openTurn(lockKind, key, 'the-waiter');
+    try {
+      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0); // subscribed
+      // A release wakes it ('<token> 0') while its attempt is on the way.
+      await redis().publish(store().channelOf(lockKind, key), 'the-waiter 0');
+      await delay(100);
+      const started = performance.now();
+
+      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0);
+      expect(performance.now() - started).toBeLessThan(1_000);
+      // Another waiter's wake is not kept for it: this wait lasts its limit.
+      await redis().publish(store().channelOf(lockKind, key), 'someone-else 0');
+      await delay(100);
+      const next = performance.now();
+      expect(await turn.wait({ limit: 300, step: 300 })).toBe(0);
+      expect(performance.now() - next).toBeGreaterThanOrEqual(250);
+    } finally {
+      turn.close();
+    }
+  });
+
+  it('fair: false: a release wakes one waiter, whichever application it is in, not one per application', async () => {
+    const others = await Promise.all([1, 2, 3].map(() => bootLockModule({ redis: server().url, commandTimeout: 200 })));
+    try {
+      const key = uniqueKey('wake-one');
+      const holder = await app().locks.lock(key);
+      // One unordered waiter in each of four applications, none polling within the test.
+      const waiters = [app(), ...others].map((each) =>
+        each.locks.lock(key, { fair: false, step: 10_000, maxStep: 10_000, timeout: 30_000 }),
+      );
+      const alive = store().keysOf(lockKind, key)[3];
+      while ((await redis().zcard(alive)) < 4) await delay(10);
+      await untilSubscribers(store().channelOf(lockKind, key), 4);
+      await delay(200); // each waiter looks once more when its subscription stands
+      const scriptsBefore = await evalshaCalls();
+
+      await holder.unlock();
+      const first = await Promise.race(waiters);
+      await delay(300);
+
+      // The release, and the attempt of the one waiter it woke (which took the lock): nobody else tried.
+      expect((await evalshaCalls()) - scriptsBefore).toBe(2);
+      await first.unlock();
+      await Promise.all(waiters.map(async (waiter) => (await waiter) !== first && (await waiter).unlock()));
+    } finally {
+      await Promise.all(others.map(closeLockApp));
+    }
+  });
+
   // Found by the outside review: each waiter's attempt set the expiry of the line and alive sets
   // from its own liveness, so a waiter that could wait less shortened them for everyone; once it
   // left, the sets ran out under a waiter still waiting, and the release found nobody to wake.

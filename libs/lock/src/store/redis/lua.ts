@@ -42,8 +42,8 @@ end
  * each attempt. A waiter that stops attempting (it died, or gave up without being able to say so)
  * drops out once its deadline passes, so it never blocks the line. A kind may keep what each waiter
  * asked for in KEYS[5] (a hash by token; a semaphore keeps its waiters' limits there), which leaves
- * and drops out with the waiter. Releases publish on the lease's wake-up channel: an empty message
- * wakes waiters (one per process), `<token> <fence>` tells one waiter the lease was handed to it.
+ * and drops out with the waiter. Releases publish on the lease's wake-up channel: `<token> <fence>`
+ * tells one waiter the lease was handed to it, `<token> 0` wakes one unordered waiter to try for it.
  *
  * `counterTtl` is set by each script from its arguments before it draws a fence.
  */
@@ -98,9 +98,19 @@ local function tell(channel, waiter)
   redis.call('${publish}', channel, waiter .. ' ' .. string.format('%.0f', nextFence()))
 end
 
--- Wakes the waiters: one per process tries for the lease.
+-- Wakes one unordered waiter (not in the line), the one whose last attempt is the oldest, to try for
+-- the lease: '<token> 0'. One release, one attempt — not one per process, nor a stampede. The waiter
+-- leaves alive, and joins again if its attempt is refused: the next release wakes another (an attempt
+-- on its way keeps the old place until it runs), and a waiter that died is not woken twice. Looks at
+-- the first few of alive only: a release never walks a long set (the others attempt within their step).
 local function wake(channel)
-  redis.call('${publish}', channel, '')
+  for _, waiter in ipairs(redis.call('ZRANGE', alive, 0, 15)) do
+    if not redis.call('ZSCORE', line, waiter) then
+      leaveLine(waiter)
+      redis.call('${publish}', channel, waiter .. ' 0')
+      return
+    end
+  end
 end
 
 -- Whether a release may hand its lease to the successor its caller names (a waiter of the releasing

@@ -22,8 +22,8 @@ const LINGER_MS = 2_000;
 
 /**
  * The wake-up channels of one Redis store, on one subscriber connection of its own. A release
- * publishes on the channel of its lock or semaphore: an empty message wakes a waiter, and
- * `<token> <fence>` tells one waiter that the lease was handed to it. A subscription is counted by
+ * publishes on the channel of its lock or semaphore: `<token> <fence>` tells one waiter that the
+ * lease was handed to it, `<token> 0` wakes one waiter to try for it. A subscription is counted by
  * its waiters and dropped once nobody waits.
  *
  * Redis loses a message only with the subscriber's connection. So a waiter whose channel is
@@ -245,12 +245,12 @@ export class WakeUps {
     const subscription = this.channels.get(name);
     if (subscription === undefined) return;
     if (message === '') {
-      // One release frees one lease: the longest waiter of this process tries for it, the others
-      // sleep on (each release sends a message of its own) rather than all stampede for it.
+      // From an earlier nest-lock (a rolling upgrade): it woke one waiter per process. The longest
+      // waiter of this process tries for the lease.
       subscription.waiters.values().next().value?.settle(0);
       return;
     }
-    // "<token> <fence>": the fence has no space in it, a caller's own token may.
+    // "<token> <fence>", or "<token> 0" (woken to try): the fence has no space in it, a caller's own token may.
     const space = message.lastIndexOf(' ');
     this.turnOf(name, message.slice(0, space))?.handed(Number(message.slice(space + 1)));
   }
@@ -262,6 +262,8 @@ export class WakeUps {
  */
 class RedisTurn implements Turn {
   private handedFence = 0;
+  /** Woken while it was not waiting: its next wait ends at once. */
+  private woken = false;
   /** The wait in progress, if any (set by `WakeUps.wait`). */
   waiting?: Waiter;
 
@@ -277,12 +279,18 @@ class RedisTurn implements Turn {
       this.handedFence = 0;
       return Promise.resolve(fence);
     }
+    if (this.woken) {
+      this.woken = false;
+      return Promise.resolve(0);
+    }
     return this.wakeUps.wait(this, wait, signal);
   }
 
+  /** The lease was handed to this waiter (its fence), or it was woken to try for it (0). */
   handed(fence: number): void {
     if (this.waiting) this.waiting.settle(fence);
-    else this.handedFence = fence;
+    else if (fence > 0) this.handedFence = fence;
+    else this.woken = true;
   }
 
   close(): void {
