@@ -154,6 +154,68 @@ describe('handover at the edges', () => {
     }
   }, 15_000);
 
+  // Issue 21, item 5: a lease handed to a waiter whose ttl is below the handover lease lasted the
+  // whole handover lease (1 s here), so a waiter that died at once blocked the others that long.
+  describe("a lease handed to a waiter lasts no longer than the waiter's own ttl", () => {
+    const waits = { fair: true, liveness: 10_000, inLine: false };
+
+    it('a lock, handed by a release to the first fair waiter in line', async () => {
+      const key = uniqueKey('short-handover');
+      expect((await store().acquire(lockKind, key, undefined, 'holder', 10_000, waits)).granted).toBe(true);
+      expect((await store().acquire(lockKind, key, undefined, 'short', 300, waits)).granted).toBe(false);
+      expect(store().handoverLease).toBeGreaterThan(300);
+
+      expect(await store().release(lockKind, key, 'holder')).toBe(true);
+
+      const lease = store().keysOf(lockKind, key)[0];
+      expect(await redis().get(lease)).toBe('short');
+      const pttl = await redis().pttl(lease);
+      expect(pttl).toBeGreaterThan(0);
+      expect(pttl).toBeLessThanOrEqual(300);
+    });
+
+    it('a lock, handed by a release to a waiter of its own process (its ttl goes with the release)', async () => {
+      const key = uniqueKey('short-local-pass');
+      const holder = await app().locks.lock(key, { ttl: 10_000 });
+      const waiting = app().locks.lock(key, { ttl: 300, timeout: 5_000 });
+      while ((await redis().zcard(store().keysOf(lockKind, key)[2])) < 1) await delay(10);
+
+      expect(await holder.unlock()).toBe(true);
+      const next = await waiting;
+      const pttl = await redis().pttl(store().keysOf(lockKind, key)[0]);
+      expect(pttl).toBeGreaterThan(0);
+      expect(pttl).toBeLessThanOrEqual(300);
+      await next.unlock();
+    });
+
+    it('a permit, handed by a release to the first fair waiter in line', async () => {
+      const name = uniqueKey('short-permit-handover');
+      expect((await store().acquire(semaphoreKind, name, 1, 'holder', 10_000, waits)).granted).toBe(true);
+      expect((await store().acquire(semaphoreKind, name, 1, 'short', 300, waits)).granted).toBe(false);
+
+      expect(await store().release(semaphoreKind, name, 'holder')).toBe(true);
+
+      const permits = store().keysOf(semaphoreKind, name)[0];
+      const [seconds, micros] = await redis().time();
+      const deadline = Number(await redis().zscore(permits, 'short'));
+      const runsFor = deadline - (Number(seconds) * 1_000 + Number(micros) / 1_000);
+      expect(runsFor).toBeGreaterThan(0);
+      expect(runsFor).toBeLessThanOrEqual(300);
+    });
+
+    it('a waiter with a ttl above the handover lease still gets the handover lease, and extends it', async () => {
+      const key = uniqueKey('long-handover');
+      expect((await store().acquire(lockKind, key, undefined, 'holder', 10_000, waits)).granted).toBe(true);
+      expect((await store().acquire(lockKind, key, undefined, 'long', 60_000, waits)).granted).toBe(false);
+
+      expect(await store().release(lockKind, key, 'holder')).toBe(true);
+
+      const pttl = await redis().pttl(store().keysOf(lockKind, key)[0]);
+      expect(pttl).toBeGreaterThan(300);
+      expect(pttl).toBeLessThanOrEqual(store().handoverLease);
+    });
+  });
+
   it('permits handed to waiters ahead by an attempt that is not granted move the expiry of the set', async () => {
     const name = uniqueKey('handed-permit');
     const permits = store().keysOf(semaphoreKind, name)[0];

@@ -3,14 +3,15 @@ import { type PublishCommand, script } from '../store/redis/script.js';
 
 /**
  * The scripts of a lock on one Redis: KEYS[1] is the lock itself, a string holding the owner's
- * token with the lease as its expiry; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive
- * (see `waiterLine`). ARGV as `RedisLayout` lists them; the lock takes no request arguments.
+ * token with the lease as its expiry; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive,
+ * KEYS[5] the fair waiters' ttls (see `waiterLine`). ARGV as `RedisLayout` lists them; the lock
+ * takes no request arguments.
  */
 
 /**
  * What follows a lock's release (by its holder or an operator): the lock goes to the first fair
- * waiter in line, set to its token for a handover lease it extends once told, or is freed and the
- * other waiters are woken.
+ * waiter in line, set to its token for a handover lease (no longer than its ttl) it extends once
+ * told, or is freed and one unordered waiter is woken.
  */
 function passOn(publish: PublishCommand): string {
   return `${waiterLine(publish)}
@@ -18,7 +19,7 @@ local function passOn(handoverMs, channel)
   dropGoneWaiters(serverTime())
   local first = redis.call('ZRANGE', line, 0, 0)[1]
   if first then
-    redis.call('SET', lease, first, 'PX', handoverMs)
+    redis.call('SET', lease, first, 'PX', handoverFor(first, handoverMs))
     leaveLine(first)
     tell(channel, first)
   else
@@ -41,7 +42,7 @@ end
  */
 export const acquireLockScript = script(
   'acquireLock',
-  4,
+  5,
   (publish) => `${waiterLine(publish)}
 local token, ttl, fair = ARGV[1], ARGV[2], ARGV[3] == '1'
 local waitMs, inLine = tonumber(ARGV[4]), ARGV[5] == '1'
@@ -67,11 +68,11 @@ if not holder then
     leaveLine(token)
     return 1
   end
-  redis.call('SET', lease, ahead, 'PX', ARGV[6])
+  redis.call('SET', lease, ahead, 'PX', handoverFor(ahead, ARGV[6]))
   leaveLine(ahead)
   tell(ARGV[7], ahead)
 end
-if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs) end
+if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs, ttl) end
 return {redis.call('PTTL', lease), lastFence()}
 `,
 );
@@ -101,7 +102,7 @@ return drawFence(KEYS[2], ARGV[2])
  */
 export const releaseLockScript = script(
   'releaseLock',
-  4,
+  5,
   (publish) => `
 -- The common case first, before the shared functions below are made (each call makes them anew):
 -- the token holds the lock, no successor is named and nobody waits. Compare and delete.
@@ -117,7 +118,7 @@ if redis.call('GET', lease) ~= token then
   return 0
 end
 if successor and successorFirst(successor, ARGV[6] == '1') then
-  redis.call('SET', lease, successor, 'PX', ARGV[2])
+  redis.call('SET', lease, successor, 'PX', handoverFor(successor, ARGV[2], ARGV[7]))
   leaveLine(successor)
   return {1, nextFence()}
 end
@@ -173,7 +174,7 @@ return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
  */
 export const forceReleaseLockScript = script(
   'forceReleaseLock',
-  4,
+  5,
   (publish) => `${passOn(publish)}
 counterTtl = ARGV[3]
 if not redis.call('GET', lease) then

@@ -5,8 +5,8 @@ import { type PublishCommand, script } from '../store/redis/script.js';
  * The scripts of a semaphore on one Redis: KEYS[1] is the sorted set of its permits (member =
  * permit token, score = lease deadline in ms of the **server's** clock, so that clients with skewed
  * clocks agree on who has expired), which expires with its last lease, so an abandoned semaphore
- * leaves nothing behind; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive (see
- * `waiterLine`), KEYS[5] the limit each waiter asked for. ARGV as `RedisLayout` lists them; the
+ * leaves nothing behind; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive, KEYS[5] the
+ * fair waiters' ttls (see `waiterLine`), KEYS[6] the limit each waiter asked for. ARGV as `RedisLayout` lists them; the
  * acquire script takes one request argument, ARGV[9] the caller's limit.
  */
 
@@ -18,7 +18,7 @@ if last[2] then redis.call('PEXPIREAT', KEYS[1], last[2]) end
 /**
  * Gives permits to the fair waiters in line (for a handover lease each extends once told). Every
  * caller's own limit holds for it: a waiter is granted a permit only while, with it, no more permits
- * are held than the limit it asked for (kept in KEYS[5] while it waits). The line is served in order:
+ * are held than the limit it asked for (kept in KEYS[6] while it waits). The line is served in order:
  * a first waiter that does not fit holds back those behind it, so that a lowered limit takes effect
  * (the count drains down to it) rather than starving its callers.
  */
@@ -30,7 +30,7 @@ local function limitOf(waiter)
 end
 
 local function handPermit(waiter, nowMs, handoverMs, channel)
-  redis.call('ZADD', lease, nowMs + handoverMs, waiter)
+  redis.call('ZADD', lease, nowMs + handoverFor(waiter, handoverMs), waiter)
   leaveLine(waiter)
   tell(channel, waiter)
 end
@@ -70,7 +70,7 @@ end
  */
 export const acquirePermitScript = script(
   'acquirePermit',
-  5,
+  6,
   (publish) => `${servingTheLine(publish)}
 local token, ttl, fair = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local waitMs, inLine = tonumber(ARGV[4]), ARGV[5] == '1'
@@ -97,7 +97,7 @@ if handed > 0 then
   redis.call('PEXPIREAT', lease, last[2])
 end
 if waitMs > 0 then
-  join(token, fair, nowMs, nowMicros, waitMs)
+  join(token, fair, nowMs, nowMicros, waitMs, ttl)
   redis.call('HSET', asked, token, limit)
   outlive(asked, waitMs * 2)
 end
@@ -114,7 +114,7 @@ return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
  */
 export const releasePermitScript = script(
   'releasePermit',
-  5,
+  6,
   (publish) => `${servingTheLine(publish)}
 local token, successor = ARGV[1], ARGV[5]
 counterTtl = ARGV[4]
@@ -132,7 +132,7 @@ local handedFence = 0
 -- A successor whose own attempt took a permit meanwhile gets no second one, nor one beyond its own limit.
 if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[6] == '1')
     and held < (limitOf(successor) or 0) then
-  redis.call('ZADD', lease, nowMs + tonumber(ARGV[2]), successor)
+  redis.call('ZADD', lease, nowMs + handoverFor(successor, ARGV[2], ARGV[7]), successor)
   leaveLine(successor)
   handedFence = nextFence()
   held = held + 1

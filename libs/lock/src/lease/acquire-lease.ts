@@ -117,7 +117,7 @@ async function waitInLines<Request>(
   }
   // Opened before the first attempt: a lease handed over while an attempt is on its way is kept.
   const turn = store.openTurn(kind, id, token);
-  if (leaveLocalLine) lines.waitsOnStore(line, token, start);
+  if (leaveLocalLine) lines.waitsOnStore(line, token, policy.ttl, start);
   try {
     // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
     const liveness = 2 * (policy.maxStep + commandTimeout);
@@ -154,8 +154,8 @@ async function waitInLines<Request>(
         const sentAt = lines.passSentAt(line, token, fence) ?? waitStart;
         // Read after its lease ran out (a late answer): not taken, the attempts below find out.
         if (stillRuns(sentAt, handover)) {
-          // The store holds it for its whole handover lease, whatever share of it this holder counts on.
-          lines.won(line, token, performance.now() + store.handoverLease);
+          // The store holds it for the handover lease, or this waiter's ttl when that is shorter.
+          lines.won(line, token, performance.now() + handover);
           return { token, ttl: policy.ttl, fence, sentAt, serverTtl: handover, elapsed: performance.now() - start };
         }
       }
@@ -188,9 +188,9 @@ async function waitInLines<Request>(
       signal,
     );
     if (won === null) return { waited: performance.now() - start, ...(refusal ? { refusal } : {}) };
-    // The lease began before its answer came: it runs out on the store by now + its ttl there (the
-    // whole handover lease for one handed over, whatever share of it this holder counts on).
-    const storeTtl = won.serverTtl === undefined ? policy.ttl : store.handoverLease;
+    // The lease began before its answer came: it runs out on the store by now + its ttl there (for
+    // one handed over, the handover lease or this waiter's ttl when that is shorter).
+    const storeTtl = won.serverTtl ?? policy.ttl;
     if (leaveLocalLine) lines.won(line, token, performance.now() + storeTtl);
     return {
       token,

@@ -12,6 +12,8 @@ interface Turn {
  */
 interface Head {
   token: string;
+  /** The ttl it asked for. */
+  ttl: number;
   /** `performance.now()` at which it started waiting. */
   since: number;
   /** Set while it waits for a holder of this process to pass it the lease: ends that wait. */
@@ -125,10 +127,10 @@ export class LocalLines {
     });
   }
 
-  /** The head of `line` waits on the store now, as `token`, since `since`. */
-  waitsOnStore(line: string, token: string, since: number): void {
+  /** The head of `line` waits on the store now, as `token` asking `ttl`, since `since`. */
+  waitsOnStore(line: string, token: string, ttl: number, since: number): void {
     const state = this.lines.get(line);
-    if (state) state.head = { token, since };
+    if (state) state.head = { token, ttl, since };
   }
 
   /**
@@ -189,6 +191,7 @@ export class LocalLines {
     return {
       token: head.token,
       jump,
+      ttl: head.ttl,
       passed: (fence) => {
         if (fence === 0) return head.notPassed?.();
         head.pass = { fence, sentAt };

@@ -127,6 +127,8 @@ export interface Successor {
   token: string;
   /** It may go ahead of the waiters in the store's line; else it gets the lease only when it is first there, or nobody waits. */
   jump: boolean;
+  /** The ttl it asked for: the lease handed to it lasts no longer until it extends it. */
+  ttl: number;
   /**
    * Called once the release is done: with the fence of the lease handed to it (before its turn is
    * told), or 0 when the release did not hand it the lease (or failed).

@@ -15,8 +15,9 @@ import type { RedisScript } from './script.js';
  *   drawn); else {ms the holder's lease still runs, the last fence issued}. Holding it already counts
  *   as granted (a retry after a lost reply, or a waiter that missed its handover message).
  * - `release`: ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] fence
- *   counter ttl ms; with a successor, ARGV[5] its token and ARGV[6] '1' if it may go ahead of the
- *   line. Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter
+ *   counter ttl ms; with a successor, ARGV[5] its token, ARGV[6] '1' if it may go ahead of the
+ *   line, ARGV[7] its ttl ms. A lease handed to a waiter lasts the handover lease, or the waiter's ttl
+ *   when that is shorter (the successor's, or as a fair waiter asked when it joined: see `waiterLine`). Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter
  *   giving up); {that, its fence} when the lease went to the successor.
  * - `extend`: ARGV[1] owner token, ARGV[2] ttl ms. Returns 1 if extended, else 0.
  * - `fence` (KEYS[1] the lease, KEYS[2] its fence counter): ARGV[1] owner token, ARGV[2] fence counter

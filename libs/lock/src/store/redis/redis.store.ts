@@ -101,7 +101,7 @@ export class RedisStore implements LockStore {
   /** A release; a lease it handed to `successor` is delivered to its turn here. */
   async release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean> {
     const args = [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
-    if (successor !== undefined) args.push(successor.token, successor.jump ? '1' : '0');
+    if (successor !== undefined) args.push(successor.token, successor.jump ? '1' : '0', toMillis(successor.ttl));
     let handedFence = 0;
     try {
       // 0 or 1: whether it was held; [1, fence]: held, and handed to the successor.
