@@ -111,6 +111,31 @@ describe('the order waiters are served in', () => {
     expect(order).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
   });
 
+  it("fair: 'strict' within one application: a release passes the lock to the next waiter of its process in its own reply, with no message", async () => {
+    const key = uniqueKey('strict-local');
+    const messages: string[] = [];
+    const listener = redis().duplicate();
+    try {
+      await listener.subscribe(store().channelOf(lockKind, key));
+      listener.on('message', (_channel: string, message: string) => messages.push(message));
+      const holder = await apps()[0].locks.lock(key);
+      const order: number[] = [];
+      const waiters: Promise<void>[] = [];
+      for (let i = 0; i < 6; i++) {
+        waiters.push(apps()[0].locks.withLock(key, () => void order.push(i), { fair: 'strict', timeout: 30_000 }));
+        await untilInLine(lockKind, key, i + 1);
+      }
+
+      await holder.unlock();
+      await Promise.all(waiters);
+
+      expect(order).toEqual([0, 1, 2, 3, 4, 5]);
+      expect(messages).toEqual([]);
+    } finally {
+      listener.disconnect();
+    }
+  });
+
   it("takes fair: 'strict' as the module's default, and refuses any other word", async () => {
     const strict = await bootLockModule({ redis: server().url, defaults: { fair: 'strict' } });
     try {

@@ -72,7 +72,7 @@ async function takeIfFree<Request>(
     if (policy.signal?.aborted && error === policy.signal.reason) {
       // Aborted with the command in flight (a frozen server): its answer is not awaited, and the
       // release sent after it on the same connection undoes what it may still take.
-      store.release(kind, id, token).catch(() => undefined);
+      store.giveBack(kind, id, token).catch(() => undefined);
       throw error;
     }
     if (error instanceof LockBackendError && error.transient) return undefined;
@@ -81,7 +81,7 @@ async function takeIfFree<Request>(
   if (!taken) return undefined;
   if (policy.signal?.aborted || !stillRunsOn(store, sentAt, policy.ttl)) {
     // Taken as the caller gave up, or its answer came after its lease ran out (see `ranOutOnArrival`).
-    await store.release(kind, id, token).catch(() => undefined);
+    await store.giveBack(kind, id, token).catch(() => undefined);
     policy.signal?.throwIfAborted();
     return undefined;
   }
@@ -105,7 +105,8 @@ async function waitInLines<Request>(
 ): Promise<LeaseGrant | NotGranted> {
   const { kind, id, request, policy } = call;
   const { fair, signal } = policy;
-  const release = () => store.release(kind, id, token);
+  // Undoes an attempt whose answer was lost or is not wanted, or leaves the line (see `giveBack`).
+  const release = () => store.giveBack(kind, id, token);
 
   // The cohort (`fair: true`) queues in this process first; a single attempt (timeout 0) nowhere.
   let leaveLocalLine: (() => void) | null = null;
@@ -118,6 +119,8 @@ async function waitInLines<Request>(
   // Opened before the first attempt: a lease handed over while an attempt is on its way is kept.
   const turn = store.openTurn(kind, id, token);
   if (leaveLocalLine) lines.waitsOnStore(line, token, policy.ttl, start);
+  const leaveStoreLine =
+    fair === 'strict' && policy.timeout > 0 ? lines.standsInStoreLine(line, token, policy.ttl) : undefined;
   try {
     // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
     const liveness = 2 * (policy.maxStep + commandTimeout);
@@ -164,7 +167,7 @@ async function waitInLines<Request>(
       {
         attempt: async (join, inLine) => {
           const sentAt = performance.now();
-          const options = { fair: fair !== false, liveness: join ? liveness : 0, inLine };
+          const options = { fair: fair !== false, liveness: join ? liveness : 0, inLine, signal };
           const answer = await store.acquire(kind, id, request, token, policy.ttl, options);
           if (!answer.granted) {
             toldToWaitAt = sentAt;
@@ -203,6 +206,7 @@ async function waitInLines<Request>(
   } finally {
     turn.close();
     leaveLocalLine?.();
+    leaveStoreLine?.();
   }
 }
 

@@ -57,6 +57,8 @@ const MAX_PASSES_IN_A_ROW = 16;
  */
 export class LocalLines {
   private readonly lines = new Map<string, Line>();
+  /** The strict waiters of this process standing in the store's line of each lease, oldest first. */
+  private readonly strictWaiters = new Map<string, { token: string; ttl: number }[]>();
   /** How many callers of this process are on the waiters' path of each lease now, fair or not. */
   private readonly trying = new Map<string, number>();
 
@@ -184,7 +186,7 @@ export class LocalLines {
     const state = this.lines.get(line);
     if (state?.holder === holder) state.holder = undefined;
     const head = state?.head;
-    if (state === undefined || head === undefined || head.token === holder) return undefined;
+    if (state === undefined || head === undefined || head.token === holder) return this.strictSuccessor(line, holder);
     const jump = this.mayJump(state, head);
     // The release is sent right after this: the lease it may pass does not start before now.
     const sentAt = performance.now();
@@ -202,10 +204,37 @@ export class LocalLines {
     };
   }
 
+  /**
+   * A strict waiter (`fair: 'strict'`) of this process stands in the store's line of `line` as
+   * `token`, asking `ttl`, until the returned function is called. It queues nowhere here: a release
+   * of this process names the oldest of them as its successor, which gets the lease only if it is
+   * first in the store's line (or nobody is), in the release itself, without a message.
+   */
+  standsInStoreLine(line: string, token: string, ttl: number): () => void {
+    const waiter = { token, ttl };
+    const waiters = this.strictWaiters.get(line);
+    if (waiters === undefined) this.strictWaiters.set(line, [waiter]);
+    else waiters.push(waiter);
+    return () => {
+      const left = this.strictWaiters.get(line);
+      const index = left?.indexOf(waiter) ?? -1;
+      if (left === undefined || index < 0) return;
+      if (left.length === 1) this.strictWaiters.delete(line);
+      else left.splice(index, 1);
+    };
+  }
+
   /** When the release that passed the head `token` of `line` the lease with `fence` was sent, if one did. */
   passSentAt(line: string, token: string, fence: number): number | undefined {
     const pass = this.lines.get(line)?.head?.pass;
     return this.lines.get(line)?.head?.token === token && pass?.fence === fence ? pass.sentAt : undefined;
+  }
+
+  /** The oldest strict waiter of `line` other than the releasing `holder`, which may not go ahead of the store's line. */
+  private strictSuccessor(line: string, holder: string): Successor | undefined {
+    const oldest = this.strictWaiters.get(line)?.find((waiter) => waiter.token !== holder);
+    if (oldest === undefined) return undefined;
+    return { token: oldest.token, jump: false, ttl: oldest.ttl, passed: () => undefined };
   }
 
   private mayJump(state: Line, head: Head): boolean {

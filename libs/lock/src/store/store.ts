@@ -56,6 +56,14 @@ export interface LockStore {
    */
   release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean>;
 
+  /**
+   * `release` for a caller that may or may not hold the lease: after an attempt whose answer was lost
+   * (a timeout) or is not wanted (an abort, a lease that ran out on arrival), or to leave the line.
+   * Sent so that the store applies it after that attempt whatever happened meanwhile (on Redis by the
+   * script's text, which a server that lost its script cache still runs).
+   */
+  giveBack(kind: StoreKind, id: string, token: string): Promise<boolean>;
+
   /** Resets the lease of `token` to `ttl` only if `token` holds it. */
   extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean>;
 
@@ -115,6 +123,11 @@ export interface AttemptOptions {
   liveness: number;
   /** This waiter joined the line on an earlier attempt (a first attempt has nothing to leave). */
   inLine: boolean;
+  /**
+   * The caller's: once it aborts, the caller gives the lease back (`giveBack`), and nothing of this
+   * attempt may be sent again after that.
+   */
+  signal?: AbortSignal | undefined;
 }
 
 /**

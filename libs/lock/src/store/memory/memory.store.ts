@@ -78,6 +78,10 @@ export class MemoryStore implements LockStore {
     return holder.fence;
   }
 
+  giveBack(kind: StoreKind, id: string, token: string): Promise<boolean> {
+    return this.release(kind, id, token);
+  }
+
   async release(kind: StoreKind, id: string, token: string): Promise<boolean> {
     if (!this.liveHolders(kind, id).has(token)) return false;
     this.free(kind, id, token);

@@ -60,7 +60,7 @@ export class RedisStore implements LockStore {
     request: Request,
     token: string,
     ttl: number,
-    { fair, liveness, inLine }: AttemptOptions,
+    { fair, liveness, inLine, signal }: AttemptOptions,
   ): Promise<Attempt> {
     const args = [
       token,
@@ -74,7 +74,8 @@ export class RedisStore implements LockStore {
       ...kind.redis.requestArgs(request),
     ];
     // 1 when granted; else [ms the holder's lease still runs, the last fence issued].
-    const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, args)) as Integer | [Integer, string];
+    const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, args, signal)) as
+      Integer | [Integer, string];
     if (Array.isArray(reply)) return { granted: false, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
     return this.granted(kind, id, token);
   }
@@ -113,6 +114,25 @@ export class RedisStore implements LockStore {
     } finally {
       if (successor !== undefined) this.deliverToSuccessor(kind, id, successor, handedFence);
     }
+  }
+
+  /**
+   * The release script sent by its text (EVAL), never by SHA: it follows the attempt it undoes on the
+   * same connection, and a server that lost its script cache meanwhile (a restart, a failover, SCRIPT
+   * FLUSH) runs it all the same — by SHA it would answer NOSCRIPT, too late to be sent again, and the
+   * attempt (a plain SET NX needs no script) would keep the lease for its whole ttl.
+   */
+  async giveBack(kind: StoreKind, id: string, token: string): Promise<boolean> {
+    const script = kind.redis.release;
+    const { source } = this.compiled(script);
+    const keys = this.keysOf(kind, id, script.numberOfKeys);
+    const args = [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
+    const reply = await this.run(
+      id,
+      () => kind.purposes.release(id),
+      () => this.client.eval(source, script.numberOfKeys, ...keys, ...args),
+    );
+    return Number(reply) === 1;
   }
 
   async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
@@ -274,6 +294,7 @@ export class RedisStore implements LockStore {
     id: string,
     script: RedisScript,
     args: readonly (string | number)[],
+    signal?: AbortSignal,
   ): Promise<unknown> {
     const { sha, source } = this.compiled(script);
     const keys = this.keysOf(kind, id, script.numberOfKeys);
@@ -283,9 +304,11 @@ export class RedisStore implements LockStore {
       (timedOut) =>
         this.client.evalsha(sha, script.numberOfKeys, ...keys, ...args).catch((error: unknown) => {
           // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
-          // unless the caller already gave up on this command: resent that late, it would come after the
-          // caller's next commands (a release sent again after a new lock with the same token).
-          if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
+          // unless the caller already gave up on this command (its deadline passed, or its signal aborted):
+          // resent that late, it would come after the caller's next commands (a release sent again after a
+          // new lock with the same token; an attempt sent again after the release that gave it up).
+          if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut() || signal?.aborted)
+            throw error;
           return this.client.eval(source, script.numberOfKeys, ...keys, ...args);
         }),
     );

@@ -202,6 +202,11 @@ export class RedlockStore implements LockStore {
     return {};
   }
 
+  /** As `release`: each node's script is sent again by its text after NOSCRIPT within the node's timeout. */
+  giveBack(kind: StoreKind, id: string, token: string): Promise<boolean> {
+    return this.release(kind, id, token);
+  }
+
   async release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean> {
     try {
       this.checkKind(kind);
