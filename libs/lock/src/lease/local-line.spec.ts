@@ -157,4 +157,28 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
     expect(lines.passSentAt(LINE, 'head', 78)).toBeUndefined();
     expect(lines.passSentAt(LINE, 'someone-else', 77)).toBeUndefined();
   });
+
+  it("names the oldest strict waiter standing in the store's line as the successor, never ahead of that line", () => {
+    const lines = new LocalLines();
+    const leaveFirst = lines.standsInStoreLine(LINE, 'first', 300);
+    lines.standsInStoreLine(LINE, 'second', 2_000);
+
+    expect(lines.successor(LINE, 'holder')).toMatchObject({ token: 'first', jump: false, ttl: 300 });
+    // A strict waiter that holds the lease (its release) is never its own successor.
+    expect(lines.successor(LINE, 'first')).toMatchObject({ token: 'second', jump: false, ttl: 2_000 });
+    leaveFirst();
+    leaveFirst();
+    expect(lines.successor(LINE, 'holder')).toMatchObject({ token: 'second' });
+  });
+
+  it('counts the callers on the waiters’ path, fair or not: a newcomer joins them rather than try ahead', () => {
+    const lines = new LocalLines();
+    expect(lines.contended(LINE)).toBe(false);
+    lines.arrive(LINE);
+    lines.arrive(LINE);
+    lines.depart(LINE);
+    expect(lines.contended(LINE)).toBe(true);
+    lines.depart(LINE);
+    expect(lines.contended(LINE)).toBe(false);
+  });
 });
