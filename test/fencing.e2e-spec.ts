@@ -332,7 +332,8 @@ describe('fencing tokens', () => {
       expectStrictlyIncreasing(fences);
     });
 
-    // (A lease handed over by a release to a waiter comes with a fence: that release draws one.)
+    // (A lease handed over by a release to a waiter of another process comes with a fence: that
+    // release draws one, which the waiter needs to tell a fresh handover from a stale one.)
     it('writes no fence counter for a lease that is never fenced; the first fence drawn writes it', async () => {
       const store = app().module.get<typeof LockStore, RedisStore>(LockStore);
       const key = uniqueKey('never-fenced');
@@ -347,6 +348,14 @@ describe('fencing tokens', () => {
       await app().locks.withLock(key, () => undefined);
       await (await app().semaphores.acquire(name, 2)).release();
       await app().semaphores.withPermit(name, 2, () => undefined);
+      // Passed from holder to waiter within the process, in the release itself: no fence either.
+      const holder = await app().locks.lock(key);
+      const waiters = [1, 2, 3].map(() => app().locks.withLock(key, () => undefined, { timeout: 5_000 }));
+      const full = [await app().semaphores.acquire(name, 1)];
+      const permitWaiter = app().semaphores.withPermit(name, 1, () => undefined, { timeout: 5_000 });
+      await delay(100);
+      await Promise.all([holder.unlock(), full[0].release()]);
+      await Promise.all([...waiters, permitWaiter]);
 
       expect(await redis().exists(lockKeyOf(key), semaphoreKeyOf(name))).toBe(0);
       expect(await redis().exists(lockCounter, permitCounter)).toBe(0);

@@ -95,7 +95,8 @@ return drawFence(KEYS[2], ARGV[2])
 /**
  * Releases the lock if the token holds it: hands it to a successor the caller names (a waiter of the
  * same process, whose turn is open: see `Successor`) — if it may go ahead of the line, or is first
- * in it, or nobody is in line — without a message, since the caller tells it; else straight to the
+ * in it, or nobody is in line — without a message and without a fence (the caller tells it; its
+ * holder draws a fence when it asks: {1, -1}); else straight to the
  * first fair waiter in line (the lock is set to that waiter's token for a short handover lease, which
  * the waiter extends to its own ttl once told), or frees it and wakes the other waiters. A token
  * that does not hold the lock leaves the line (a waiter giving up).
@@ -120,7 +121,7 @@ end
 if successor and successorFirst(successor, ARGV[6] == '1') then
   redis.call('SET', lease, successor, 'PX', handoverFor(successor, ARGV[2], ARGV[7]))
   leaveLine(successor)
-  return {1, nextFence()}
+  return {1, -1}
 end
 if redis.call('EXISTS', alive) == 0 then
   redis.call('DEL', lease)

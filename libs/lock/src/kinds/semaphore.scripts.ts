@@ -134,7 +134,7 @@ if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(s
     and held < (limitOf(successor) or 0) then
   redis.call('ZADD', lease, nowMs + handoverFor(successor, ARGV[2], ARGV[7]), successor)
   leaveLine(successor)
-  handedFence = nextFence()
+  handedFence = -1
   held = held + 1
 end
 if redis.call('EXISTS', alive) == 1 then
@@ -143,7 +143,7 @@ if redis.call('EXISTS', alive) == 1 then
   if handed == 0 and handedFence == 0 then wake(ARGV[3]) end
 end
 ${expireWithLastLease}
-if handedFence > 0 then return {released, handedFence} end
+if handedFence ~= 0 then return {released, handedFence} end
 return released
 `,
 );

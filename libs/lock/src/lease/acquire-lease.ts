@@ -147,7 +147,7 @@ async function waitInLines<Request>(
       const waitStart = performance.now();
       const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart, passBy + 1 - waitStart));
       const fence = await waitForPass(turn, limit, (notPassed) => lines.onNotPassed(line, token, notPassed), signal);
-      if (fence > 0) {
+      if (fence !== 0) {
         if (signal?.aborted) {
           // Passed as the caller gave up: nobody will use it.
           await release().catch(() => undefined);
@@ -159,7 +159,14 @@ async function waitInLines<Request>(
         if (stillRuns(sentAt, handover)) {
           // The store holds it for the handover lease, or this waiter's ttl when that is shorter.
           lines.won(line, token, performance.now() + handover);
-          return { token, ttl: policy.ttl, fence, sentAt, serverTtl: handover, elapsed: performance.now() - start };
+          return {
+            token,
+            ttl: policy.ttl,
+            ...fenceOf(fence),
+            sentAt,
+            serverTtl: handover,
+            elapsed: performance.now() - start,
+          };
         }
       }
     }
@@ -198,7 +205,7 @@ async function waitInLines<Request>(
     return {
       token,
       ttl: policy.ttl,
-      ...(won.fence === undefined ? {} : { fence: won.fence }),
+      ...fenceOf(won.fence),
       sentAt: won.sentAt,
       serverTtl: won.serverTtl ?? policy.ttl,
       elapsed: won.elapsed === 0 && !queuedLocally ? 0 : performance.now() - start,
@@ -208,6 +215,11 @@ async function waitInLines<Request>(
     leaveLocalLine?.();
     leaveStoreLine?.();
   }
+}
+
+/** A handed lease's fence, for its grant: none for a pass of this process (`PASSED_WITHOUT_FENCE`). */
+function fenceOf(handed: number | undefined): { fence?: number } {
+  return handed !== undefined && handed > 0 ? { fence: handed } : {};
 }
 
 /**

@@ -22,6 +22,14 @@ interface Head {
   pass?: { fence: number; sentAt: number };
 }
 
+/** A strict waiter of this process standing in the store's line. */
+interface StrictWaiter {
+  token: string;
+  ttl: number;
+  /** The lease a release of this process passed it, and when that release was sent. */
+  pass?: { fence: number; sentAt: number };
+}
+
 interface Line {
   /** The waiters after the head, in order of arrival. */
   waiting: Turn[];
@@ -58,7 +66,7 @@ const MAX_PASSES_IN_A_ROW = 16;
 export class LocalLines {
   private readonly lines = new Map<string, Line>();
   /** The strict waiters of this process standing in the store's line of each lease, oldest first. */
-  private readonly strictWaiters = new Map<string, { token: string; ttl: number }[]>();
+  private readonly strictWaiters = new Map<string, StrictWaiter[]>();
   /** How many callers of this process are on the waiters' path of each lease now, fair or not. */
   private readonly trying = new Map<string, number>();
 
@@ -211,7 +219,7 @@ export class LocalLines {
    * first in the store's line (or nobody is), in the release itself, without a message.
    */
   standsInStoreLine(line: string, token: string, ttl: number): () => void {
-    const waiter = { token, ttl };
+    const waiter: StrictWaiter = { token, ttl };
     const waiters = this.strictWaiters.get(line);
     if (waiters === undefined) this.strictWaiters.set(line, [waiter]);
     else waiters.push(waiter);
@@ -224,17 +232,30 @@ export class LocalLines {
     };
   }
 
-  /** When the release that passed the head `token` of `line` the lease with `fence` was sent, if one did. */
+  /**
+   * When the release that passed the lease to `token` (the head of `line`, or one of its strict waiters)
+   * was sent, if one did; `fence` is what its turn was told.
+   */
   passSentAt(line: string, token: string, fence: number): number | undefined {
-    const pass = this.lines.get(line)?.head?.pass;
-    return this.lines.get(line)?.head?.token === token && pass?.fence === fence ? pass.sentAt : undefined;
+    const head = this.lines.get(line)?.head;
+    const waiter = head?.token === token ? head : this.strictWaiters.get(line)?.find((each) => each.token === token);
+    return waiter?.pass?.fence === fence ? waiter.pass.sentAt : undefined;
   }
 
   /** The oldest strict waiter of `line` other than the releasing `holder`, which may not go ahead of the store's line. */
   private strictSuccessor(line: string, holder: string): Successor | undefined {
     const oldest = this.strictWaiters.get(line)?.find((waiter) => waiter.token !== holder);
     if (oldest === undefined) return undefined;
-    return { token: oldest.token, jump: false, ttl: oldest.ttl, passed: () => undefined };
+    // The release is sent right after this: the lease it may pass does not start before now.
+    const sentAt = performance.now();
+    return {
+      token: oldest.token,
+      jump: false,
+      ttl: oldest.ttl,
+      passed: (fence) => {
+        if (fence !== 0) oldest.pass = { fence, sentAt };
+      },
+    };
   }
 
   private mayJump(state: Line, head: Head): boolean {

@@ -143,8 +143,8 @@ export interface Successor {
   /** The ttl it asked for: the lease handed to it lasts no longer until it extends it. */
   ttl: number;
   /**
-   * Called once the release is done: with the fence of the lease handed to it (before its turn is
-   * told), or 0 when the release did not hand it the lease (or failed).
+   * Called once the release is done: with `PASSED_WITHOUT_FENCE` when it handed it the lease (before
+   * its turn is told), or 0 when it did not (or failed).
    */
   passed(fence: number): void;
 }
@@ -154,9 +154,10 @@ export interface Turn {
   /**
    * Waits for a release: up to `wait.limit` ms while the store is sure to be told of one, up to
    * `wait.step` ms while it may not be (not subscribed yet, or the subscription was lost). Resolves
-   * with the fence when the lease was handed to this waiter (it holds it now, for the store's
-   * `handoverLease` until it extends it), else with 0 once woken or when the time is up. Rejects
-   * with the signal's reason on abort.
+   * when the lease was handed to this waiter (it holds it now, for the store's `handoverLease` or its
+   * ttl until it extends it): with the lease's fence when a message told it, `PASSED_WITHOUT_FENCE`
+   * when a release of its own process passed it (see `Successor`); else with 0 once woken or when the
+   * time is up. Rejects with the signal's reason on abort.
    */
   wait(wait: TurnWait, signal?: AbortSignal): Promise<number>;
   close(): void;
@@ -195,6 +196,13 @@ export interface LeaseExtension {
   token: string;
   ttl: number;
 }
+
+/**
+ * What a waiter's turn is told when a release of its own process passed it the lease (`Successor`):
+ * no fence is drawn for such a pass (its holder draws one when it asks), and the process knows when
+ * the release was sent, so it needs none to tell a fresh pass from a stale one.
+ */
+export const PASSED_WITHOUT_FENCE = -1;
 
 /** Injection token of the active `LockStore`. */
 export const LockStore = Symbol('LockStore');

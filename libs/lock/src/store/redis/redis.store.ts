@@ -252,7 +252,7 @@ export class RedisStore implements LockStore {
   /** Tells `successor` how the release that named it went; a lease it was handed goes to its turn. */
   private deliverToSuccessor(kind: StoreKind, id: string, successor: Successor, fence: number): void {
     successor.passed(fence);
-    if (fence > 0 && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, fence)) {
+    if (fence !== 0 && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, fence)) {
       // The successor stopped waiting while the release was on its way: nobody will use its lease.
       this.release(kind, id, successor.token).catch(() => undefined);
     }

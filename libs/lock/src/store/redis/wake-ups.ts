@@ -274,7 +274,7 @@ class RedisTurn implements Turn {
   ) {}
 
   wait(wait: TurnWait, signal?: AbortSignal): Promise<number> {
-    if (this.handedFence > 0) {
+    if (this.handedFence !== 0) {
       const fence = this.handedFence;
       this.handedFence = 0;
       return Promise.resolve(fence);
@@ -286,10 +286,10 @@ class RedisTurn implements Turn {
     return this.wakeUps.wait(this, wait, signal);
   }
 
-  /** The lease was handed to this waiter (its fence), or it was woken to try for it (0). */
+  /** The lease was handed to this waiter (its fence, or `PASSED_WITHOUT_FENCE`), or it was woken to try for it (0). */
   handed(fence: number): void {
     if (this.waiting) this.waiting.settle(fence);
-    else if (fence > 0) this.handedFence = fence;
+    else if (fence !== 0) this.handedFence = fence;
     else this.woken = true;
   }
 
