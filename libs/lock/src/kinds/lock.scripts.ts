@@ -121,6 +121,7 @@ end
 if successor and successorFirst(successor, ARGV[6] == '1') then
   redis.call('SET', lease, successor, 'PX', handoverFor(successor, ARGV[2], ARGV[7]))
   leaveLine(successor)
+  -- Passed without a fence (PASSED_WITHOUT_FENCE): the caller tells its successor.
   return {1, -1}
 end
 if redis.call('EXISTS', alive) == 0 then

@@ -6,8 +6,8 @@ import { type PublishCommand, script } from '../store/redis/script.js';
  * permit token, score = lease deadline in ms of the **server's** clock, so that clients with skewed
  * clocks agree on who has expired), which expires with its last lease, so an abandoned semaphore
  * leaves nothing behind; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive, KEYS[5] the
- * fair waiters' ttls (see `waiterLine`), KEYS[6] the limit each waiter asked for. ARGV as `RedisLayout` lists them; the
- * acquire script takes one request argument, ARGV[9] the caller's limit.
+ * fair waiters' ttls (see `waiterLine`), KEYS[6] the limit each waiter asked for. ARGV as
+ * `RedisLayout` lists them; the acquire script takes one request argument, ARGV[9] the caller's limit.
  */
 
 const expireWithLastLease = `
@@ -65,8 +65,8 @@ end
  * ahead is held back — or renews the one the token holds already (a retry after a lost reply, or a
  * waiter that missed its handover message). A caller that waits records its limit. Returns 1 when
  * granted (no fence is drawn: `fencePermitScript` draws one when the holder asks); else {ms until the
- * first permit runs out, the last fence issued}. Permits handed to waiters
- * ahead move the set's expiry to the last deadline.
+ * first permit runs out, the last fence issued}. Permits handed to waiters ahead move the set's
+ * expiry to the last deadline.
  */
 export const acquirePermitScript = script(
   'acquirePermit',
@@ -128,22 +128,23 @@ local nowMs = serverTime()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local released = tonumber(deadline) > nowMs and 1 or 0
 local held = redis.call('ZCARD', lease)
-local handedFence = 0
+local passed = false
 -- A successor whose own attempt took a permit meanwhile gets no second one, nor one beyond its own limit.
 if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[6] == '1')
     and held < (limitOf(successor) or 0) then
   redis.call('ZADD', lease, nowMs + handoverFor(successor, ARGV[2], ARGV[7]), successor)
   leaveLine(successor)
-  handedFence = -1
+  passed = true
   held = held + 1
 end
 if redis.call('EXISTS', alive) == 1 then
   dropGoneWaiters(nowMs)
   local _, _, handed = serveLine(held, nowMs, tonumber(ARGV[2]), ARGV[3])
-  if handed == 0 and handedFence == 0 then wake(ARGV[3]) end
+  if handed == 0 and not passed then wake(ARGV[3]) end
 end
 ${expireWithLastLease}
-if handedFence ~= 0 then return {released, handedFence} end
+-- Passed to the successor, without a fence (PASSED_WITHOUT_FENCE): the caller tells it.
+if passed then return {released, -1} end
 return released
 `,
 );
