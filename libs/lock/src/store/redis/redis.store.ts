@@ -101,7 +101,7 @@ export class RedisStore implements LockStore {
 
   /** A release; a lease it handed to `successor` is delivered to its turn here. */
   async release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean> {
-    const args = [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
+    const args = this.releaseArgs(kind, id, token);
     if (successor !== undefined) args.push(successor.token, successor.jump ? '1' : '0', toMillis(successor.ttl));
     let handedFence = 0;
     try {
@@ -126,7 +126,7 @@ export class RedisStore implements LockStore {
     const script = kind.redis.release;
     const { source } = this.compiled(script);
     const keys = this.keysOf(kind, id, script.numberOfKeys);
-    const args = [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
+    const args = this.releaseArgs(kind, id, token);
     const reply = await this.run(
       id,
       () => kind.purposes.release(id),
@@ -232,6 +232,11 @@ export class RedisStore implements LockStore {
   /** Subscribed wake-up channels right now (they are dropped shortly after their last waiter left). */
   get subscribedChannels(): number {
     return this.wakeUps.subscribedChannels;
+  }
+
+  /** The release script's arguments (`RedisLayout`) before a successor's. */
+  private releaseArgs(kind: StoreKind, id: string, token: string): (string | number)[] {
+    return [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
   }
 
   /** The token holds the lease now: granted, once enough replicas have it when the module asks for that. */

@@ -196,7 +196,7 @@ export class RedlockStore implements LockStore {
     }
     if (granted >= quorum) {
       return {
-        refusal: `a quorum of Redlock masters granted it, but not within its validity (ttl ${ttl} ms − ${Math.round(performance.now() - start)} ms elapsed − drift ≤ 0) or without a quorum for its fence`,
+        refusal: `a quorum of Redlock masters granted it, but not within its validity (ttl ${ttl} ms − ${Math.round(performance.now() - start)} ms elapsed − drift ≤ 0)`,
       };
     }
     return {};
