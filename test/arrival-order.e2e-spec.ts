@@ -116,8 +116,8 @@ describe('the order waiters are served in', () => {
     const messages: string[] = [];
     const listener = redis().duplicate();
     try {
-      await listener.subscribe(store().channelOf(lockKind, key));
-      listener.on('message', (_channel: string, message: string) => messages.push(message));
+      await listener.psubscribe(`${store().channelOf(lockKind, key)}*`);
+      listener.on('pmessage', (_pattern: string, _channel: string, message: string) => messages.push(message));
       const holder = await apps()[0].locks.lock(key);
       const order: number[] = [];
       const waiters: Promise<void>[] = [];

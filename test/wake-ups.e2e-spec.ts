@@ -44,6 +44,15 @@ describe('wake-ups and fair order on Redis', () => {
     }
   }
 
+  /** Waits until `processes` processes listen for the waiters of `key` (each on its own channel). */
+  async function untilListening(key: string, processes: number): Promise<void> {
+    const deadline = performance.now() + 5_000;
+    const pattern = `${store().channelOf(lockKind, key)}:*`;
+    while ((await redis().pubsub('CHANNELS', pattern)).length < processes && performance.now() < deadline) {
+      await delay(10);
+    }
+  }
+
   it.each([true, false])('wakes a waiter on release, long before its backoff step ends (fair: %s)', async (fair) => {
     const key = uniqueKey('wake');
     const holder = await app().locks.lock(key);
@@ -120,14 +129,14 @@ describe('wake-ups and fair order on Redis', () => {
       // The first wait subscribes; it ends as soon as the subscription stands.
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0);
       // A release hands the lock over while no wait is in progress.
-      await redis().publish(store().channelOf(lockKind, key), 'the-waiter 42');
+      await redis().publish(store().listeningChannelOf(lockKind, key), 'the-waiter 42');
       await delay(100);
       const started = performance.now();
 
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(42);
       expect(performance.now() - started).toBeLessThan(1_000);
       // Other waiters' handovers are not kept for it.
-      await redis().publish(store().channelOf(lockKind, key), 'someone-else 43');
+      await redis().publish(store().listeningChannelOf(lockKind, key), 'someone-else 43');
       await delay(100);
       expect(await turn.wait({ limit: 200, step: 200 })).toBe(0);
     } finally {
@@ -141,14 +150,14 @@ describe('wake-ups and fair order on Redis', () => {
     try {
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0); // subscribed
       // A release wakes it ('<token> 0') while its attempt is on the way.
-      await redis().publish(store().channelOf(lockKind, key), 'the-waiter 0');
+      await redis().publish(store().listeningChannelOf(lockKind, key), 'the-waiter 0');
       await delay(100);
       const started = performance.now();
 
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0);
       expect(performance.now() - started).toBeLessThan(1_000);
       // Another waiter's wake is not kept for it: this wait lasts its limit.
-      await redis().publish(store().channelOf(lockKind, key), 'someone-else 0');
+      await redis().publish(store().listeningChannelOf(lockKind, key), 'someone-else 0');
       await delay(100);
       const next = performance.now();
       expect(await turn.wait({ limit: 300, step: 300 })).toBe(0);
@@ -169,7 +178,7 @@ describe('wake-ups and fair order on Redis', () => {
       );
       const alive = store().keysOf(lockKind, key)[3];
       while ((await redis().zcard(alive)) < 4) await delay(10);
-      await untilSubscribers(store().channelOf(lockKind, key), 4);
+      await untilListening(key, 4);
       await delay(200); // each waiter looks once more when its subscription stands
       const scriptsBefore = await evalshaCalls();
 
@@ -185,6 +194,50 @@ describe('wake-ups and fair order on Redis', () => {
       await Promise.all(others.map(closeLockApp));
     }
   });
+
+  it.each([true, false])(
+    "a release tells only the process of the waiter it hands the lock to or wakes, on that process's channel (fair: %s)",
+    async (fair) => {
+      const others = await Promise.all(
+        [1, 2, 3].map(() => bootLockModule({ redis: server().url, commandTimeout: 200 })),
+      );
+      const listener = redis().duplicate();
+      try {
+        const key = uniqueKey(`tell-one-process-${fair}`);
+        const heard: [string, string][] = [];
+        await listener.psubscribe(`${store().channelOf(lockKind, key)}*`);
+        listener.on('pmessage', (_pattern: string, channel: string, message: string) => heard.push([channel, message]));
+        const holder = await app().locks.lock(key);
+        // One waiter in each of the three other applications, none polling within the test.
+        const waiters = others.map((each) =>
+          each.locks.lock(key, { fair, step: 10_000, maxStep: 10_000, timeout: 30_000 }),
+        );
+        while ((await redis().zcard(store().keysOf(lockKind, key)[3])) < 3) await delay(10);
+        await untilListening(key, 3);
+        await delay(200); // each waiter looks once more when its subscription stands
+
+        await holder.unlock();
+        const { lock: first, index } = await Promise.race(
+          waiters.map((waiter, i) => waiter.then((lock) => ({ lock, index: i }))),
+        );
+        await delay(100);
+
+        // One message, on the channel of the application whose waiter got the lock, naming that waiter.
+        const listening = others.map((each) =>
+          each.module.get<RedisStore>(LockStore).listeningChannelOf(lockKind, key),
+        );
+        expect(new Set(listening).size).toBe(3);
+        expect(heard).toHaveLength(1);
+        expect(heard[0][0]).toBe(listening[index]);
+        expect(heard[0][1].startsWith(`${first.token} `)).toBe(true);
+        await first.unlock();
+        await Promise.all(waiters.map(async (waiter) => (await waiter) !== first && (await waiter).unlock()));
+      } finally {
+        listener.disconnect();
+        await Promise.all(others.map(closeLockApp));
+      }
+    },
+  );
 
   // Found by the outside review: each waiter's attempt set the expiry of the line and alive sets
   // from its own liveness, so a waiter that could wait less shortened them for everyone; once it
@@ -301,8 +354,8 @@ describe('wake-ups and fair order on Redis', () => {
     const messages: string[] = [];
     const listener = redis().duplicate();
     try {
-      await listener.subscribe(store().channelOf(lockKind, key));
-      listener.on('message', (_channel: string, message: string) => messages.push(message));
+      await listener.psubscribe(`${store().channelOf(lockKind, key)}*`);
+      listener.on('pmessage', (_pattern: string, _channel: string, message: string) => messages.push(message));
       const holder = await app().locks.lock(key);
       const sections = 20;
       const order: number[] = [];
@@ -502,7 +555,7 @@ describe('wake-ups and fair order on Redis', () => {
     const holder = await app().locks.lock(key);
     const waiter = app().locks.lock(key);
     await untilInLine(key, 1);
-    const channel = store().channelOf(lockKind, key);
+    const channel = store().listeningChannelOf(lockKind, key);
     // The waiter joins the line with its attempt and subscribes right after that attempt's reply.
     expect(await untilSubscribers(channel, 1)).toEqual([channel, 1]);
 

@@ -77,7 +77,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
       const key = uniqueKey(`sharded-wake-${fair}`);
       const holder = await app.locks.lock(key);
       const waiter = app.locks.lock(key, { fair, step: 5_000, maxStep: 5_000 });
-      const channel = store().channelOf(lockKind, key);
+      const channel = store().listeningChannelOf(lockKind, key);
       const { port } = await topology.primaryFor(channel);
       // Subscribed with SSUBSCRIBE on the channel's primary, not with SUBSCRIBE.
       for (let tries = 0; ; tries++) {

@@ -17,7 +17,7 @@ const NO_REQUEST_ARGS: readonly never[] = [];
 
 /**
  * The exclusive lock: one holder at a time. On Redis the string `<prefix>{<key>}` holding the
- * owner's token, with the lease as its expiry; companions `:fence`, `:line`, `:alive`, `:ttls`.
+ * owner's token, with the lease as its expiry; companions `:fence`, `:line`, `:alive`, `:waiters`.
  */
 export const lockKind: LeaseKind<undefined> = {
   name: 'lock',
@@ -37,7 +37,7 @@ export const lockKind: LeaseKind<undefined> = {
   timeoutError: (key, _request, waited, timeout, refusal) => new LockTimeoutError(key, waited, timeout, refusal),
   redis: {
     namespace: '',
-    companions: ['fence', 'line', 'alive', 'ttls'],
+    companions: ['fence', 'line', 'alive', 'waiters'],
     acquire: acquireLockScript,
     requestArgs: () => NO_REQUEST_ARGS,
     takenBySetNx: true,

@@ -4,7 +4,7 @@ import { type PublishCommand, script } from '../store/redis/script.js';
 /**
  * The scripts of a lock on one Redis: KEYS[1] is the lock itself, a string holding the owner's
  * token with the lease as its expiry; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive,
- * KEYS[5] the fair waiters' ttls (see `waiterLine`). ARGV as `RedisLayout` lists them; the lock
+ * KEYS[5] what each waiter asked for (see `waiterLine`). ARGV as `RedisLayout` lists them; the lock
  * takes no request arguments.
  */
 
@@ -20,8 +20,7 @@ local function passOn(handoverMs, channel)
   local first = redis.call('ZRANGE', line, 0, 0)[1]
   if first then
     redis.call('SET', lease, first, 'PX', handoverFor(first, handoverMs))
-    leaveLine(first)
-    tell(channel, first)
+    handTo(channel, first)
   else
     redis.call('DEL', lease)
     wake(channel)
@@ -69,10 +68,9 @@ if not holder then
     return 1
   end
   redis.call('SET', lease, ahead, 'PX', handoverFor(ahead, ARGV[6]))
-  leaveLine(ahead)
-  tell(ARGV[7], ahead)
+  handTo(ARGV[7], ahead)
 end
-if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs, ttl) end
+if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs, ttl, ARGV[9]) end
 return {redis.call('PTTL', lease), lastFence()}
 `,
 );

@@ -17,7 +17,7 @@ const NO_SEMAPHORES_ON_REDLOCK =
 /**
  * A permit of a counting semaphore: at most `limit` holders at once, the limit being each caller's
  * own (its request). On Redis the sorted set `<prefix>sem:{<name>}` of permit tokens by lease
- * deadline; companions `:fence`, `:line`, `:alive`, `:ttls` and `:limits` (each waiter's limit).
+ * deadline; companions `:fence`, `:line`, `:alive`, `:waiters` and `:limits` (each waiter's limit).
  */
 export const semaphoreKind: LeaseKind<number> = {
   name: 'semaphore',
@@ -38,7 +38,7 @@ export const semaphoreKind: LeaseKind<number> = {
     new SemaphoreTimeoutError(name, limit, waited, timeout, refusal),
   redis: {
     namespace: 'sem:',
-    companions: ['fence', 'line', 'alive', 'ttls', 'limits'],
+    companions: ['fence', 'line', 'alive', 'waiters', 'limits'],
     acquire: acquirePermitScript,
     requestArgs: (limit) => [limit],
     takenBySetNx: false,

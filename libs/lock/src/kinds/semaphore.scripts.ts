@@ -5,9 +5,9 @@ import { type PublishCommand, script } from '../store/redis/script.js';
  * The scripts of a semaphore on one Redis: KEYS[1] is the sorted set of its permits (member =
  * permit token, score = lease deadline in ms of the **server's** clock, so that clients with skewed
  * clocks agree on who has expired), which expires with its last lease, so an abandoned semaphore
- * leaves nothing behind; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive, KEYS[5] the
- * fair waiters' ttls (see `waiterLine`), KEYS[6] the limit each waiter asked for. ARGV as
- * `RedisLayout` lists them; the acquire script takes one request argument, ARGV[9] the caller's limit.
+ * leaves nothing behind; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive, KEYS[5] what
+ * each waiter asked for (see `waiterLine`), KEYS[6] the limit each waiter asked for. ARGV as
+ * `RedisLayout` lists them; the acquire script takes one request argument, ARGV[10] the caller's limit.
  */
 
 const expireWithLastLease = `
@@ -31,8 +31,7 @@ end
 
 local function handPermit(waiter, nowMs, handoverMs, channel)
   redis.call('ZADD', lease, nowMs + handoverFor(waiter, handoverMs), waiter)
-  leaveLine(waiter)
-  tell(channel, waiter)
+  handTo(channel, waiter)
 end
 
 -- Hands permits to the waiters in line, first come first served, while the first fits under its own
@@ -75,7 +74,7 @@ export const acquirePermitScript = script(
 local token, ttl, fair = ARGV[1], tonumber(ARGV[2]), ARGV[3] == '1'
 local waitMs, inLine = tonumber(ARGV[4]), ARGV[5] == '1'
 counterTtl = ARGV[8]
-local limit = tonumber(ARGV[9])
+local limit = tonumber(ARGV[10])
 local nowMs, nowMicros = serverTime()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local granted = redis.call('ZSCORE', lease, token)
@@ -97,7 +96,7 @@ if handed > 0 then
   redis.call('PEXPIREAT', lease, last[2])
 end
 if waitMs > 0 then
-  join(token, fair, nowMs, nowMicros, waitMs, ttl)
+  join(token, fair, nowMs, nowMicros, waitMs, ttl, ARGV[9])
   redis.call('HSET', asked, token, limit)
   outlive(asked, waitMs * 2)
 end

@@ -39,18 +39,24 @@ end
  * hash slot: KEYS[1] the lease itself (the kind's own layout), KEYS[2] its fence counter, KEYS[3]
  * the **line**: fair waiters in order of arrival (token → server clock in µs), KEYS[4] the
  * **alive** set: every waiter, fair or not (token → deadline in ms), which a waiter pushes back with
- * each attempt, and KEYS[5] **ttls**: the ttl each fair waiter asked for (a hash by token), which
- * bounds a lease handed to it. A waiter that stops attempting (it died, or gave up without being
- * able to say so) drops out once its deadline passes, so it never blocks the line. A kind may keep
- * what else each waiter asked for in KEYS[6] (a hash by token; a semaphore keeps its waiters' limits
- * there), which leaves and drops out with the waiter. Releases publish on the lease's wake-up channel: `<token> <fence>`
- * tells one waiter the lease was handed to it, `<token> 0` wakes one unordered waiter to try for it.
+ * each attempt, and KEYS[5] **waiters**: what each waiter asked for (a hash by token): `<ttl> <process>`,
+ * its ttl, which bounds a lease handed to it, and the wake-up channel of its process. A waiter that
+ * stops attempting (it died, or gave up without being able to say so) drops out once its deadline
+ * passes, so it never blocks the line. A kind may keep what else each waiter asked for in KEYS[6] (a
+ * hash by token; a semaphore keeps its waiters' limits there), which leaves and drops out with the
+ * waiter.
+ *
+ * Releases publish to the waiter's own process only, on `<wake-up channel>:<process>` (the lease's
+ * channel, `…:wake`, with the suffix its process subscribes to): `<token> <fence>` tells one waiter
+ * the lease was handed to it, `<token> 0` wakes one unordered waiter to try for it. The other waiting
+ * processes hear nothing. A waiter that joined without saying its process (an earlier nest-lock, in
+ * a rolling upgrade) is told on the lease's channel itself.
  *
  * `counterTtl` is set by each script from its arguments before it draws a fence.
  */
 export function waiterLine(publish: PublishCommand): string {
   return `${SERVER_TIME}${FENCE_RULE}
-local lease, counter, line, alive, ttls, asked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local lease, counter, line, alive, waiters, asked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local counterTtl
 
 local function nextFence()
@@ -66,7 +72,7 @@ end
 local function leaveLine(token)
   redis.call('ZREM', line, token)
   redis.call('ZREM', alive, token)
-  redis.call('HDEL', ttls, token)
+  redis.call('HDEL', waiters, token)
   if asked then redis.call('HDEL', asked, token) end
 end
 
@@ -75,7 +81,7 @@ local function dropGoneWaiters(nowMs)
   if #gone > 0 then
     redis.call('ZREM', line, unpack(gone))
     redis.call('ZREM', alive, unpack(gone))
-    redis.call('HDEL', ttls, unpack(gone))
+    redis.call('HDEL', waiters, unpack(gone))
     if asked then redis.call('HDEL', asked, unpack(gone)) end
   end
 end
@@ -87,31 +93,39 @@ local function outlive(set, ms)
   if redis.call('PTTL', set) < ms then redis.call('PEXPIRE', set, ms) end
 end
 
--- A fair waiter's place in line, with the ttl it asked for (what a lease handed to it may last: see
--- handoverFor); every waiter's liveness.
-local function join(token, fair, nowMs, nowMicros, liveMs, ttl)
+-- A fair waiter's place in line; every waiter's liveness, and its ttl and process (see the top).
+local function join(token, fair, nowMs, nowMicros, liveMs, ttl, process)
   if fair then
     redis.call('ZADD', line, 'NX', nowMicros, token)
     outlive(line, liveMs * 2)
-    redis.call('HSET', ttls, token, ttl)
-    outlive(ttls, liveMs * 2)
   end
   redis.call('ZADD', alive, nowMs + liveMs, token)
   outlive(alive, liveMs * 2)
+  redis.call('HSET', waiters, token, ttl .. ' ' .. process)
+  outlive(waiters, liveMs * 2)
 end
 
 -- How long a lease handed to \`waiter\` lasts until it extends it to its own ttl: the handover lease, or
 -- that ttl when it is shorter (\`ttl\`, or as the waiter asked when it joined the line), so that a
 -- waiter that dies at once never blocks the others for longer than its own ttl.
 local function handoverFor(waiter, handoverMs, ttl)
-  local wanted = tonumber(ttl) or tonumber(redis.call('HGET', ttls, waiter))
+  local wanted = tonumber(ttl) or tonumber(string.match(redis.call('HGET', waiters, waiter) or '', '^%d+'))
   if wanted and wanted < tonumber(handoverMs) then return wanted end
   return tonumber(handoverMs)
 end
 
--- Tells one waiter that the lease is its own now, with the fence of its lease.
-local function tell(channel, waiter)
-  redis.call('${publish}', channel, waiter .. ' ' .. string.format('%.0f', nextFence()))
+-- The channel \`waiter\`'s process listens on, read before the waiter leaves the line.
+local function channelOf(channel, waiter)
+  local process = string.match(redis.call('HGET', waiters, waiter) or '', ' (.+)$')
+  if process then return channel .. ':' .. process end
+  return channel
+end
+
+-- Tells one waiter, which leaves the line, that the lease is its own now, with the fence of its lease.
+local function handTo(channel, waiter)
+  local to = channelOf(channel, waiter)
+  leaveLine(waiter)
+  redis.call('${publish}', to, waiter .. ' ' .. string.format('%.0f', nextFence()))
 end
 
 -- Wakes one unordered waiter (not in the line), the one whose last attempt is the oldest, to try for
@@ -122,8 +136,9 @@ end
 local function wake(channel)
   for _, waiter in ipairs(redis.call('ZRANGE', alive, 0, 15)) do
     if not redis.call('ZSCORE', line, waiter) then
+      local to = channelOf(channel, waiter)
       leaveLine(waiter)
-      redis.call('${publish}', channel, waiter .. ' 0')
+      redis.call('${publish}', to, waiter .. ' 0')
       return
     end
   end

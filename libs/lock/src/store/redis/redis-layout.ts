@@ -11,14 +11,15 @@ import type { RedisScript } from './script.js';
  * - `acquire`: ARGV[1] owner token, ARGV[2] ttl ms, ARGV[3] '1' fair / '0' not, ARGV[4] when not
  *   granted, wait in line for this many ms ('0': a last attempt, it does not wait), ARGV[5] '1' if
  *   it joined the line before, ARGV[6] lease ms of a handover, ARGV[7] wake-up channel, ARGV[8] fence
- *   counter ttl ms, then `requestArgs`. Returns 1 when the token holds the lease now (no fence is
+ *   counter ttl ms, ARGV[9] the caller's process (the suffix of the channel it listens on), then
+ *   `requestArgs`. Returns 1 when the token holds the lease now (no fence is
  *   drawn); else {ms the holder's lease still runs, the last fence issued}. Holding it already counts
  *   as granted (a retry after a lost reply, or a waiter that missed its handover message).
  * - `release`: ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] fence
  *   counter ttl ms; with a successor, ARGV[5] its token, ARGV[6] '1' if it may go ahead of the
  *   line, ARGV[7] its ttl ms. A lease handed to a waiter lasts the handover lease, or the waiter's ttl
- *   when that is shorter (the successor's, or as a fair waiter asked when it joined: see `waiterLine`). Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter
- *   giving up); {that, -1} when the lease went to the successor (no fence is drawn for it:
+ *   when that is shorter (the successor's, or as a fair waiter asked when it joined: see `waiterLine`).
+ *   Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter giving up); {that, -1} when the lease went to the successor (no fence is drawn for it:
  *   `PASSED_WITHOUT_FENCE`).
  * - `extend`: ARGV[1] owner token, ARGV[2] ttl ms. Returns 1 if extended, else 0.
  * - `fence` (KEYS[1] the lease, KEYS[2] its fence counter): ARGV[1] owner token, ARGV[2] fence counter

@@ -71,6 +71,7 @@ export class RedisStore implements LockStore {
       this.handoverLease,
       this.channelOf(kind, id),
       this.options.fenceCounterTtl,
+      this.wakeUps.process,
       ...kind.redis.requestArgs(request),
     ];
     // 1 when granted; else [ms the holder's lease still runs, the last fence issued].
@@ -224,9 +225,17 @@ export class RedisStore implements LockStore {
     return keys;
   }
 
-  /** The wake-up channel of a lease, in the slot of its keys (for sharded pub/sub). */
+  /**
+   * The wake-up channel of a lease, in the slot of its keys (for sharded pub/sub): each process
+   * listens on `<channel>:<process>`, where releases tell its own waiters (see `WakeUps`).
+   */
   channelOf(kind: StoreKind, id: string): string {
     return `${this.mainKey(kind, id)}:wake`;
+  }
+
+  /** The channel this process listens on for the waiters of a lease. */
+  listeningChannelOf(kind: StoreKind, id: string): string {
+    return this.wakeUps.listeningChannel(this.channelOf(kind, id));
   }
 
   /** Subscribed wake-up channels right now (they are dropped shortly after their last waiter left). */

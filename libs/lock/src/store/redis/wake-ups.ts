@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
 import type { Turn, TurnWait } from '../store.js';
 
@@ -22,8 +23,10 @@ const LINGER_MS = 2_000;
 
 /**
  * The wake-up channels of one Redis store, on one subscriber connection of its own. A release
- * publishes on the channel of its lock or semaphore: `<token> <fence>` tells one waiter that the
- * lease was handed to it, `<token> 0` wakes one waiter to try for it. A subscription is counted by
+ * publishes to the process of the waiter it tells, on the channel of its lock or semaphore with that
+ * process's suffix (`<channel>:<process>`, which the waiter's attempt recorded with its place in line):
+ * `<token> <fence>` tells one waiter that the lease was handed to it, `<token> 0` wakes one waiter to
+ * try for it; the other processes waiting for the lease hear nothing. A subscription is counted by
  * its waiters and dropped once nobody waits.
  *
  * Redis loses a message only with the subscriber's connection. So a waiter whose channel is
@@ -50,6 +53,9 @@ export class WakeUps {
    */
   readonly sharded: boolean;
 
+  /** This store's suffix of the channels it listens on: random, so that two stores never share one. */
+  readonly process = randomBytes(6).toString('base64url');
+
   constructor(private readonly client: Redis | Cluster) {
     this.sharded = isCluster(client) && supportsShardedSubscribers(client);
   }
@@ -73,6 +79,11 @@ export class WakeUps {
     return turn !== undefined;
   }
 
+  /** The channel where releases tell this process's waiters for the lease of `channel`. */
+  listeningChannel(channel: string): string {
+    return `${channel}:${this.process}`;
+  }
+
   /** Called by a turn that closes. */
   forget(turn: RedisTurn): void {
     const open = this.turns.get(turn.token);
@@ -88,17 +99,17 @@ export class WakeUps {
    * before anyone listened.
    */
   wait(turn: RedisTurn, wait: TurnWait, signal?: AbortSignal): Promise<number> {
-    const { channel } = turn;
     return new Promise<number>((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
         return;
       }
-      const subscription = this.channelOf(channel);
+      const name = this.listeningChannel(turn.channel);
+      const subscription = this.channelOf(name);
       const end = () => {
         clearTimeout(timer);
         turn.waiting = undefined;
-        this.leave(channel, subscription, entry);
+        this.leave(name, subscription, entry);
       };
       const entry: Waiter = {
         settle: (fence) => {
@@ -244,15 +255,10 @@ export class WakeUps {
   private deliver(name: string, message: string): void {
     const subscription = this.channels.get(name);
     if (subscription === undefined) return;
-    if (message === '') {
-      // From an earlier nest-lock (a rolling upgrade): it woke one waiter per process. The longest
-      // waiter of this process tries for the lease.
-      subscription.waiters.values().next().value?.settle(0);
-      return;
-    }
     // "<token> <fence>", or "<token> 0" (woken to try): the fence has no space in it, a caller's own token may.
     const space = message.lastIndexOf(' ');
-    this.turnOf(name, message.slice(0, space))?.handed(Number(message.slice(space + 1)));
+    const channel = name.slice(0, name.length - this.process.length - 1);
+    this.turnOf(channel, message.slice(0, space))?.handed(Number(message.slice(space + 1)));
   }
 }
 
