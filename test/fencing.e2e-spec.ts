@@ -197,6 +197,25 @@ describe('fencing tokens', () => {
       }
     });
 
+    // Found by the outside review: a fence drawn once was returned from the cache after the release,
+    // or after the lease was known lost — a caller asking "is it still mine?" heard yes.
+    it('rejects fence() once its lease is released or known lost, even after a fence was drawn', async () => {
+      const released = await app().locks.lock(uniqueKey('fenced-then-released'));
+      const fence = await released.fence();
+      expect(await released.unlock()).toBe(true);
+      const afterRelease = await released.fence().catch((failure: unknown) => failure);
+      expect(afterRelease).toMatchObject({ code: 'LOCK_LOST', reason: 'released', fence });
+
+      const key = uniqueKey('fenced-then-forced');
+      const forced = await app().locks.lock(key);
+      await forced.fence();
+      expect(await app().locks.forceUnlock(key)).toBe(true);
+      const afterForce = await forced.fence().catch((failure: unknown) => failure);
+      expect(afterForce).toBeInstanceOf(LockLostError);
+      expect(afterForce).toMatchObject({ reason: 'taken' });
+      expect(forced.signal.reason).toBe(afterForce);
+    });
+
     it('rejects fence() on a lock found gone or taken by another owner (LOCK_LOST, taken), and aborts its signal', async () => {
       // Behind the holder's back, straight in the store (as another process would, or a restart):
       // this process's lock service would tell the holder at once.

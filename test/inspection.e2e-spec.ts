@@ -45,7 +45,7 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
   });
 
   it('inspect() finds a key that was never locked free, with no fence', async () => {
-    expect(await locks.inspect(uniqueKey('order'))).toEqual({ held: false, ttl: 0 });
+    expect(await locks.inspect(uniqueKey('order'))).toEqual({ held: false, readers: 0, ttl: 0 });
   });
 
   it("inspect() finds a held lock with the lease's remaining ttl, and its fence once its holder drew one", async () => {
@@ -88,7 +88,7 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
     await lock.unlock();
 
     expect(await locks.inspect(key)).toEqual(
-      kind === 'redis' ? { held: false, ttl: 0, fence } : { held: false, ttl: 0 },
+      kind === 'redis' ? { held: false, readers: 0, ttl: 0, fence } : { held: false, readers: 0, ttl: 0 },
     );
   });
 

@@ -239,6 +239,39 @@ describe('wake-ups and fair order on Redis', () => {
     },
   );
 
+  // Found by the outside review: the release woke the waiter whose last attempt was the oldest, which
+  // was giving up right then (its turn closed, the message unheard), and its give-back woke nobody:
+  // the lease stayed free while the other waiters slept until their maxStep.
+  it.each(['lock', 'semaphore'] as const)(
+    'fair: false: a waiter that gives up just as a release woke it passes the wake on to another (%s)',
+    async (which) => {
+      const [kind, request] = which === 'lock' ? [lockKind, undefined] : [semaphoreKind, 1];
+      const key = uniqueKey(`woken-gives-up-${which}`);
+      const unordered = { fair: false, liveness: 30_000, inLine: false };
+      const attempt = (token: string) => store().acquire(kind as never, key, request, token, 10_000, unordered);
+      expect((await attempt('holder')).granted).toBe(true);
+      expect((await attempt('first')).granted).toBe(false); // the oldest unordered waiter
+      await delay(5);
+      expect((await attempt('second')).granted).toBe(false);
+      const second = store().openTurn(kind, key, 'second');
+      try {
+        expect(await second.wait({ limit: 5_000, step: 5_000 })).toBe(0); // subscribed
+        const woken = second.wait({ limit: 5_000, step: 5_000 });
+        const started = performance.now();
+
+        // The release wakes 'first', which has no turn open: it is giving up.
+        expect(await store().release(kind, key, 'holder')).toBe(true);
+        await delay(50);
+        expect(await store().giveBack(kind, key, 'first')).toBe(false);
+
+        expect(await woken).toBe(0);
+        expect(performance.now() - started).toBeLessThan(1_000);
+      } finally {
+        second.close();
+      }
+    },
+  );
+
   // Found by the outside review: each waiter's attempt set the expiry of the line and alive sets
   // from its own liveness, so a waiter that could wait less shortened them for everyone; once it
   // left, the sets ran out under a waiter still waiting, and the release found nobody to wake.

@@ -72,6 +72,26 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     expect(sizes.map(Number).every((size) => size > 0)).toBe(true);
   });
 
+  it('holds read-write locks on keys of every primary: readers of two applications together, a writer alone', async () => {
+    const other = await bootLockModule({
+      redis: { cluster: { nodes: topology.nodes.map(({ host, port }) => `redis://${host}:${port}`) } },
+    });
+    try {
+      for (const key of spreadKeys(uniqueKey('read-write'), 12)) {
+        const readers = [await app.locks.lock(key, { mode: 'read' }), await other.locks.lock(key, { mode: 'read' })];
+        expect(await app.locks.inspect(key)).toMatchObject({ held: true, mode: 'read', readers: 2 });
+        const writer = other.locks.lock(key, { timeout: 5_000 });
+        await delay(20);
+        for (const reader of readers) expect(await reader.unlock()).toBe(true);
+        const held = await writer;
+        expect(await app.locks.inspect(key)).toMatchObject({ mode: 'write', readers: 0 });
+        expect(await held.unlock()).toBe(true);
+      }
+    } finally {
+      await closeLockApp(other);
+    }
+  });
+
   it('wakes a waiter by a sharded message (SSUBSCRIBE on the primary of its slot), not by polling', async () => {
     for (const fair of [true, false]) {
       const key = uniqueKey(`sharded-wake-${fair}`);

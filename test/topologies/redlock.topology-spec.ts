@@ -225,6 +225,15 @@ describe('Redlock over 3 independent masters', () => {
       await expect(drifting.locks.lock('drift', { ttl: 2.5 })).rejects.toThrow(/clock-drift margin \(2.5 ms\)/);
       await expect(drifting.semaphores.acquire('pool', 2)).rejects.toThrow(/semaphores need one Redis/);
       await expect(drifting.semaphores.count('pool')).rejects.toThrow(InvalidArgumentError);
+      // Read locks too (a quorum holds one owner's token per key); write locks work as before.
+      const readError = await drifting.locks.lock('drift', { mode: 'read' }).catch((error: unknown) => error);
+      expect(readError).toBeInstanceOf(InvalidArgumentError);
+      expect(readError).toMatchObject({
+        argument: 'mode',
+        message: expect.stringMatching(/read locks need one Redis/),
+      });
+      const writer = await drifting.locks.lock('drift', { mode: 'write', ttl: 1_000 });
+      expect(await writer.unlock()).toBe(true);
     } finally {
       await drifting.module.close();
     }

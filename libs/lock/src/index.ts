@@ -5,12 +5,20 @@ export {
   LockError,
   LockLostError,
   LockTimeoutError,
+  LockUpgradeError,
   SemaphoreTimeoutError,
 } from './lock.errors.js';
 export { LocalSemaphore } from './local-semaphore.js';
 export { LockModule } from './lock.module.js';
 export type { LockModuleOptions, ResolvedModuleOptions } from './lock-module.options.js';
-export type { Fairness, LeaseDefaults, LeaseOptions, LockOptions, SemaphoreOptions } from './options/call-options.js';
+export type {
+  Fairness,
+  LeaseDefaults,
+  LeaseOptions,
+  LockMode,
+  LockOptions,
+  SemaphoreOptions,
+} from './options/call-options.js';
 export { DEFAULT_LEASE } from './options/call-options.js';
 export { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody } from './http/http-options.js';
 export type { RedisClusterOption } from './store/redis/redis-options.js';

@@ -109,6 +109,23 @@ export class LockBackendError extends LockError {
 }
 
 /**
+ * A write lock asked for inside a call chain that holds the same key to read (`withLock`,
+ * `@WithLock`): an upgrade, refused at once. Waiting would deadlock — the write waits for the chain's
+ * own read, which ends only after the write — and two chains upgrading together would each wait for
+ * the other's read. Take the write lock first, or leave the read before.
+ */
+export class LockUpgradeError extends LockError {
+  readonly code = 'LOCK_UPGRADE';
+
+  constructor(readonly key: string) {
+    super(
+      `lock "${key}" was asked for to write inside a call chain that holds it to read: an upgrade would ` +
+        'deadlock; take it to write from the start, or leave the read lock first',
+    );
+  }
+}
+
+/**
  * A held lease was lost: its renewal (or the draw of its fence) found it gone or taken by another
  * owner (`taken`), or its deadline passed before it could be renewed (`expired`). The lease's
  * `signal` aborts with it. `fence()` on a lease its holder released rejects with it too (`released`).

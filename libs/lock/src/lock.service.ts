@@ -8,6 +8,7 @@ import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import {
+  type LockMode,
   type LockOptions,
   resolveAcquirePolicy,
   type ServiceOptions,
@@ -19,6 +20,8 @@ import {
 /** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Lock {
   readonly key: string;
+  /** `'write'`: held alone; `'read'`: beside other readers of the key (`LockOptions.mode`). */
+  readonly mode: LockMode;
   /** Owner token: 128 random bits, fresh for every acquisition, unless the caller supplied one. */
   readonly token: string;
   /** Milliseconds spent waiting before the lock was acquired (exactly 0 when it was free). */
@@ -46,7 +49,11 @@ export interface Lock {
 /** A lock as `inspect` finds it. */
 export interface LockInspection {
   held: boolean;
-  /** Milliseconds the holder's lease still runs; 0 when not held. */
+  /** How it is held: by a writer or by readers; absent when not held. */
+  mode?: LockMode;
+  /** How many readers hold it (0 when a writer holds it, or nobody). */
+  readers: number;
+  /** Milliseconds until it is free unless renewed (the writer's lease, or the last reader's); 0 when not held. */
   ttl: number;
   /** The last fence issued for the key, when the store knows it. */
   fence?: number;
@@ -158,8 +165,11 @@ export class LockService implements OnModuleDestroy {
    */
   async inspect(key: string): Promise<LockInspection> {
     validateKey('key', key);
-    const { ttls, fence } = await this.engine.store.inspect(lockKind, key);
-    return { held: ttls.length > 0, ttl: ttls[0] ?? 0, ...(fence === undefined ? {} : { fence }) };
+    const { ttls, fence, holders = [] } = await this.engine.store.inspect(lockKind, key);
+    if (ttls.length === 0) return { held: false, readers: 0, ttl: 0, ...(fence === undefined ? {} : { fence }) };
+    const readers = holders.filter((mode) => mode === 'read').length;
+    const mode: LockMode = readers > 0 ? 'read' : 'write';
+    return { held: true, mode, readers, ttl: Math.max(...ttls), ...(fence === undefined ? {} : { fence }) };
   }
 
   /**
@@ -182,13 +192,14 @@ export class LockService implements OnModuleDestroy {
   }
 
   /** The lease `key` asks for, its options checked and resolved; `scoped`: held by `withLock` or a decorator. */
-  private call(key: string, options: LockOptions, scoped: boolean): HoldCall<undefined> {
+  private call(key: string, options: LockOptions, scoped: boolean): HoldCall<LockMode> {
     const { defaults } = this.options;
+    const policy = resolveAcquirePolicy('lock', defaults, options, this.engine.driftOf);
     return {
       kind: lockKind,
       id: key,
-      request: undefined,
-      policy: resolveAcquirePolicy('lock', defaults, options, this.engine.driftOf),
+      request: options.mode ?? 'write',
+      policy,
       keep: keepPolicy(scoped, options.autoExtend, defaults.autoExtend),
     };
   }

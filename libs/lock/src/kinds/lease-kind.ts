@@ -10,15 +10,21 @@ import type { StoreKind } from '../store/store-kind.js';
  */
 export interface LeaseKind<Request = unknown> extends StoreKind<Request> {
   /**
-   * At most one holder at a time. A holder of this process then passes the lease straight to the
-   * next waiter of this process, which waits for that rather than queue on the store (a kind with
-   * room for several may have a lease free elsewhere meanwhile: its waiters keep asking the store).
+   * Whether a caller asking `request` holds the lease alone (a lock's writer). A holder of this process
+   * then passes the lease straight to such a next waiter of this process, which waits for that rather
+   * than queue on the store (a request that may share the lease, a reader or a permit, may find it free
+   * elsewhere meanwhile: such waiters keep asking the store).
    */
-  readonly exclusive: boolean;
+  exclusive(request: Request): boolean;
   /** The lease as messages name it: `lock "order:42"`, `a permit of semaphore "reports"`. */
   describe(id: string): string;
   /** The subject of the sentence that says it was lost: `The lock "order:42"`. */
   describeLost(id: string): string;
+  /**
+   * Why a call asking `asked` may not join the lease its call chain holds on `id`, taken asking `held`
+   * (a lock's write inside a read of the same key: `LockUpgradeError`); `undefined` when it joins it.
+   */
+  joinRefusal?(held: Request, asked: Request, id: string): LockError | undefined;
   /** What a wait that ended without the lease throws: `LockTimeoutError`, `SemaphoreTimeoutError`. */
   timeoutError(id: string, request: Request, waited: number, timeout: number, refusal?: string): LockError;
 }

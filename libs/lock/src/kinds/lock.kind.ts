@@ -1,6 +1,7 @@
-import { LockTimeoutError } from '../lock.errors.js';
+import { LockTimeoutError, LockUpgradeError } from '../lock.errors.js';
 import { leaseRunsOutIn } from '../store/redis/replies.js';
 import type { Inspection } from '../store/store.js';
+import type { LockMode } from '../options/call-options.js';
 import type { LeaseKind } from './lease-kind.js';
 import {
   acquireLockScript,
@@ -12,16 +13,24 @@ import {
   releaseLockScript,
 } from './lock.scripts.js';
 
-/** A lock asks for nothing beyond the lease itself. */
-const NO_REQUEST_ARGS: readonly never[] = [];
+/** The acquire script's request argument for each mode. */
+const READ_ARGS: readonly string[] = ['r'];
+const WRITE_ARGS: readonly string[] = ['w'];
+
+/** Why a read lock is refused on Redlock. */
+const NO_READ_LOCKS_ON_REDLOCK =
+  "read locks need one Redis (a server, Sentinel or a Cluster): Redlock's quorum holds one owner's token per " +
+  'key, not a set of readers. Use a separate LockModule with the redis option for read-write locks';
 
 /**
- * The exclusive lock: one holder at a time. On Redis the string `<prefix>{<key>}` holding the
- * owner's token, with the lease as its expiry; companions `:fence`, `:line`, `:alive`, `:waiters`.
+ * The lock, a read-write lock: one writer (`mode: 'write'`, a plain `lock()`), or any number of
+ * readers, at a time. On Redis the string `<prefix>{<key>}` holding its writer's token (or `''` while
+ * readers hold it), with the lease as its expiry; companions `:fence`, `:line`, `:alive`, `:waiters`
+ * and `:readers` (reader tokens by lease deadline).
  */
-export const lockKind: LeaseKind<undefined> = {
+export const lockKind: LeaseKind<LockMode> = {
   name: 'lock',
-  exclusive: true,
+  exclusive: (mode) => mode !== 'read',
   describe: (key) => `lock "${key}"`,
   describeLost: (key) => `The lock "${key}"`,
   purposes: {
@@ -33,14 +42,15 @@ export const lockKind: LeaseKind<undefined> = {
     inspect: (key) => `inspect lock "${key}"`,
     forceRelease: (key) => `force-release lock "${key}"`,
   },
-  admits: (holders) => holders.length === 0,
-  timeoutError: (key, _request, waited, timeout, refusal) => new LockTimeoutError(key, waited, timeout, refusal),
+  admits: (holders, mode) => (mode === 'read' ? holders.every((held) => held === 'read') : holders.length === 0),
+  joinRefusal: (held, asked, key) => (held === 'read' && asked === 'write' ? new LockUpgradeError(key) : undefined),
+  timeoutError: (key, _mode, waited, timeout, refusal) => new LockTimeoutError(key, waited, timeout, refusal),
   redis: {
     namespace: '',
-    companions: ['fence', 'line', 'alive', 'waiters'],
+    companions: ['fence', 'line', 'alive', 'waiters', 'readers'],
     acquire: acquireLockScript,
-    requestArgs: () => NO_REQUEST_ARGS,
-    takenBySetNx: true,
+    requestArgs: (mode) => (mode === 'read' ? READ_ARGS : WRITE_ARGS),
+    takenBySetNx: (mode) => mode !== 'read',
     release: releaseLockScript,
     extend: extendLockScript,
     fence: fenceLockScript,
@@ -50,12 +60,18 @@ export const lockKind: LeaseKind<undefined> = {
     forceRelease: forceReleaseLockScript,
   },
   redlock: 'token-lease',
+  redlockRefusal: (mode) => (mode === 'read' ? NO_READ_LOCKS_ON_REDLOCK : undefined),
 };
 
-/** `inspectLockScript`'s reply: {PTTL (-2: free; -1: no expiry, which nest-lock never writes), the counter or ''}. */
+/**
+ * `inspectLockScript`'s reply: {PTTL (-2: free; -1: no expiry, which nest-lock never writes), the
+ * counter or '', the number of readers (0: held to write, or free)}.
+ */
 function readInspection(reply: unknown): Inspection {
-  const [pttl, counter] = reply as [number | string, string];
+  const [pttl, counter, readerCount] = reply as [number | string, string, number | string];
   const fence = counter === '' ? {} : { fence: Number(counter) };
-  if (Number(pttl) === -2) return { ttls: [], ...fence };
-  return { ttls: [Number(pttl) === -1 ? Number.POSITIVE_INFINITY : leaseRunsOutIn(pttl)], ...fence };
+  if (Number(pttl) === -2) return { ttls: [], holders: [], ...fence };
+  const ttl = Number(pttl) === -1 ? Number.POSITIVE_INFINITY : leaseRunsOutIn(pttl);
+  const readers = Number(readerCount);
+  return { ttls: [ttl], holders: readers > 0 ? new Array<LockMode>(readers).fill('read') : ['write'], ...fence };
 }

@@ -2,51 +2,102 @@ import { FENCE_RULE, SERVER_TIME, waiterLine } from '../store/redis/lua.js';
 import { type PublishCommand, script } from '../store/redis/script.js';
 
 /**
- * The scripts of a lock on one Redis: KEYS[1] is the lock itself, a string holding the owner's
- * token with the lease as its expiry; KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive,
- * KEYS[5] what each waiter asked for (see `waiterLine`). ARGV as `RedisLayout` lists them; the lock
- * takes no request arguments.
+ * The scripts of a lock on one Redis, a read-write lock: one writer or any number of readers.
+ * KEYS[1] is the lock itself, a string holding its writer's token — or `''` while readers hold it
+ * (a token is never empty) — with the lease as its expiry: the writer's, or the last reader's;
+ * KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive, KEYS[5] what each waiter asked for (see
+ * `waiterLine`; a waiter that asked to read is marked ` r` there), KEYS[6] the **readers**: a sorted
+ * set of reader tokens by lease deadline (ms of the server's clock, so that clients with skewed
+ * clocks agree on who has expired), which expires with its last reader. ARGV as `RedisLayout` lists
+ * them; the lock's one request argument is its mode, `r` (read) or `w` (write).
+ *
+ * The line is served by phase: its head readers are admitted together, up to the first writer,
+ * which gets the lock once it is free and holds back every reader that arrived after it.
  */
-
-/**
- * What follows a lock's release (by its holder or an operator): the lock goes to the first fair
- * waiter in line, set to its token for a handover lease (no longer than its ttl) it extends once
- * told, or is freed and one unordered waiter is woken.
- */
-function passOn(publish: PublishCommand): string {
+function readWriteLine(publish: PublishCommand): string {
   return `${waiterLine(publish)}
-local function passOn(handoverMs, channel)
-  dropGoneWaiters(serverTime())
-  local first = redis.call('ZRANGE', line, 0, 0)[1]
-  if first then
-    redis.call('SET', lease, first, 'PX', handoverFor(first, handoverMs))
-    handTo(channel, first)
-  else
-    redis.call('DEL', lease)
-    wake(channel)
+local readers = KEYS[6]
+
+-- Whether the waiter asked to read, as it joined the line.
+local function readsOf(waiter)
+  return string.find(redis.call('HGET', waiters, waiter) or '', ' r$') ~= nil
+end
+
+-- The lock (held by readers) and the readers' set last as long as the last reader's lease.
+local function expireWithLastReader()
+  local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')[2]
+  if last then
+    redis.call('PEXPIREAT', readers, last)
+    redis.call('PEXPIREAT', lease, last)
   end
+end
+
+-- A reader for \`ms\` more, on a lock that is free or held by readers.
+local function addReader(token, nowMs, ms)
+  redis.call('ZADD', readers, nowMs + ms, token)
+  redis.call('SET', lease, '')
+  expireWithLastReader()
+end
+
+-- Drops the readers whose lease ran out; how many still read.
+local function liveReaders(nowMs)
+  redis.call('ZREMRANGEBYSCORE', readers, '-inf', nowMs)
+  return redis.call('ZCARD', readers)
+end
+
+-- With the lock free or held by readers: admits the readers at the head of the line together (each
+-- for a handover lease it extends once told), up to the first writer, which gets the lock if it is
+-- free; a writer that must wait for readers holds back everybody behind it. Stops at \`stopAt\` (the
+-- caller, which takes the lock itself).
+local function serveLine(nowMs, handoverMs, channel, stopAt)
+  while true do
+    local first = redis.call('ZRANGE', line, 0, 0)[1]
+    if not first or first == stopAt then return end
+    if readsOf(first) then
+      addReader(first, nowMs, handoverFor(first, handoverMs))
+      handTo(channel, first)
+    else
+      if not redis.call('GET', lease) then
+        redis.call('SET', lease, first, 'PX', handoverFor(first, handoverMs))
+        handTo(channel, first)
+      end
+      return
+    end
+  end
+end
+
+-- After the lock was freed (by its holder's release, its last reader's, or an operator's): to the
+-- line, or one unordered waiter is woken to try for it.
+local function passOn(handoverMs, channel)
+  local nowMs = serverTime()
+  dropGoneWaiters(nowMs)
+  serveLine(nowMs, handoverMs, channel)
+  if not redis.call('GET', lease) then wake(channel) end
 end
 `;
 }
 
 /**
- * One attempt to take the lock; with the line of waiters (fair) or without. Returns 1 when the token
- * holds the lock now; else {ms the holder's lease still runs, the last fence issued}. No fence is
- * drawn: `fenceLockScript` draws one when the holder asks.
- * - The fast path is one SET NX PX (unless fair waiters are in line: they come first).
+ * One attempt to take the lock, to write or to read; with the line of waiters (fair) or without.
+ * Returns 1 when the token holds the lock now; else {ms the holder's lease still runs, the last fence
+ * issued}. No fence is drawn: `fenceLockScript` draws one when the holder asks.
+ * - A writer's fast path is one SET NX PX (unless fair waiters are in line: they come first).
  * - "Held by this token already" counts as granted: a retry after a lost reply, or a waiter that
  *   missed the message telling it the lock was handed to it.
- * - A free lock with a fair waiter ahead of the caller (its holder's lease ran out, or a handover
- *   to a waiter that was gone expired) is handed to that waiter now, and the caller joins the line.
+ * - A lock that is free or held by readers while waiters stand in line (a holder's lease ran out, or
+ *   a handover to a waiter that was gone expired) serves the line first, and the caller joins it.
+ * - A reader is admitted beside the readers holding the lock only while nobody waits in line ahead of
+ *   it (fair or not): a waiting writer holds back every reader that arrives after it.
  */
 export const acquireLockScript = script(
   'acquireLock',
-  5,
-  (publish) => `${waiterLine(publish)}
+  6,
+  (publish) => `${readWriteLine(publish)}
 local token, ttl, fair = ARGV[1], ARGV[2], ARGV[3] == '1'
 local waitMs, inLine = tonumber(ARGV[4]), ARGV[5] == '1'
+local reads = ARGV[10] == 'r'
 counterTtl = ARGV[8]
-if not fair or redis.call('EXISTS', line) == 0 then
+if not reads and (not fair or redis.call('EXISTS', line) == 0) then
   if redis.call('SET', lease, token, 'NX', 'PX', ttl) then
     if inLine then leaveLine(token) end
     return 1
@@ -60,126 +111,192 @@ if holder == token then
 end
 local nowMs, nowMicros = serverTime()
 dropGoneWaiters(nowMs)
-if not holder then
-  local ahead = fair and redis.call('ZRANGE', line, 0, 0)[1]
-  if not ahead or ahead == token then
+if holder == '' and liveReaders(nowMs) == 0 then
+  -- The last reader's lease ends this very ms.
+  redis.call('DEL', lease)
+  holder = false
+end
+if reads and holder == '' and redis.call('ZSCORE', readers, token) then
+  addReader(token, nowMs, ttl)
+  leaveLine(token)
+  return 1
+end
+if not holder or holder == '' then
+  serveLine(nowMs, tonumber(ARGV[6]), ARGV[7], token)
+  holder = redis.call('GET', lease)
+end
+local first = redis.call('ZRANGE', line, 0, 0)[1]
+if not first or first == token then
+  if reads and (not holder or holder == '') then
+    addReader(token, nowMs, ttl)
+    leaveLine(token)
+    -- The readers right behind it come in with it.
+    serveLine(nowMs, tonumber(ARGV[6]), ARGV[7])
+    return 1
+  end
+  if not reads and not holder then
     redis.call('SET', lease, token, 'PX', ttl)
     leaveLine(token)
     return 1
   end
-  redis.call('SET', lease, ahead, 'PX', handoverFor(ahead, ARGV[6]))
-  handTo(ARGV[7], ahead)
 end
-if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs, ttl, ARGV[9]) end
+if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs, ttl, reads and (ARGV[9] .. ' r') or ARGV[9]) end
 return {redis.call('PTTL', lease), lastFence()}
 `,
 );
 
 /**
- * Draws the fence of the lock the token holds (the fence rule, `FENCE_RULE`): only while it holds
- * it, so that fences increase in the order the lock was held. KEYS[1] the lock, KEYS[2] its fence
- * counter; ARGV[1] owner token, ARGV[2] fence counter ttl ms. Returns the fence, or 0 when the token
- * does not hold the lock (nothing is drawn).
+ * Draws the fence of the lock the token holds, to write or to read (the fence rule, `FENCE_RULE`):
+ * only while it holds it, so that fences increase in the order the lock was held. KEYS[1] the lock,
+ * KEYS[2] its fence counter, KEYS[6] its readers; ARGV[1] owner token, ARGV[2] fence counter ttl ms.
+ * Returns the fence, or 0 when the token does not hold the lock (nothing is drawn).
  */
 export const fenceLockScript = script(
   'fenceLock',
-  2,
+  6,
   `${SERVER_TIME}${FENCE_RULE}
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local holder = redis.call('GET', KEYS[1])
+if holder ~= ARGV[1] then
+  local deadline = holder == '' and redis.call('ZSCORE', KEYS[6], ARGV[1])
+  if not deadline or tonumber(deadline) <= serverTime() then return 0 end
+end
 return drawFence(KEYS[2], ARGV[2])
 `,
 );
 
 /**
- * Releases the lock if the token holds it: hands it to a successor the caller names (a waiter of the
- * same process, whose turn is open: see `Successor`) — if it may go ahead of the line, or is first
- * in it, or nobody is in line — without a message and without a fence (the caller tells it; its
- * holder draws a fence when it asks: {1, -1}); else straight to the
- * first fair waiter in line (the lock is set to that waiter's token for a short handover lease, which
- * the waiter extends to its own ttl once told), or frees it and wakes the other waiters. A token
- * that does not hold the lock leaves the line (a waiter giving up).
+ * Releases the lock if the token holds it, to write or to read. A reader leaves the readers; the
+ * lock is free only once the last of them left. A free lock goes to a successor the caller names (a
+ * waiter of the same process, whose turn is open: see `Successor`; ARGV[8] its mode) — if it may go
+ * ahead of the line (a writer only), or is first in it, or nobody is in line — without a message and without a fence
+ * (the caller tells it; its holder draws a fence when it asks: {released, -1}); else to the line
+ * (see `serveLine`), or it is freed and one unordered waiter is woken. Returns 1 when the token held
+ * it (0 for a reader whose lease had run out: it is dropped all the same). A token that does not hold
+ * the lock leaves the line (a waiter giving up); if the lock is free then, the line is served or one
+ * unordered waiter woken, as after a release (it may have been the waiter a release just woke).
  */
 export const releaseLockScript = script(
   'releaseLock',
-  5,
+  6,
   (publish) => `
 -- The common case first, before the shared functions below are made (each call makes them anew):
--- the token holds the lock, no successor is named and nobody waits. Compare and delete.
+-- the token holds the lock to write, no successor is named and nobody waits. Compare and delete.
 if not ARGV[5] and redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4]) == 0 then
   redis.call('DEL', KEYS[1])
   return 1
 end
-${passOn(publish)}
+${readWriteLine(publish)}
 local token, successor = ARGV[1], ARGV[5]
 counterTtl = ARGV[4]
-if redis.call('GET', lease) ~= token then
+local holder = redis.call('GET', lease)
+local nowMs = serverTime()
+local released = 1
+local readUntil = holder == '' and redis.call('ZSCORE', readers, token)
+if readUntil then
+  redis.call('ZREM', readers, token)
+  if tonumber(readUntil) <= nowMs then released = 0 end
+  if liveReaders(nowMs) > 0 then
+    expireWithLastReader()
+    return released
+  end
+elseif holder ~= token then
   leaveLine(token)
+  -- A waiter that gives up while the lock is free may have been the one a release woke (fair: false)
+  -- as it gave up: the wake goes on to another waiter, or the lock would stay free while they sleep.
+  if not holder and redis.call('EXISTS', alive) == 1 then passOn(ARGV[2], ARGV[3]) end
   return 0
 end
-if successor and successorFirst(successor, ARGV[6] == '1') then
-  redis.call('SET', lease, successor, 'PX', handoverFor(successor, ARGV[2], ARGV[7]))
+redis.call('DEL', lease)
+-- A reader never goes ahead of the line (the cohort's jump): a writer waiting there holds it back.
+if successor and successorFirst(successor, ARGV[6] == '1' and ARGV[8] ~= 'r') then
+  local ms = handoverFor(successor, ARGV[2], ARGV[7])
+  if ARGV[8] == 'r' then
+    addReader(successor, nowMs, ms)
+  else
+    redis.call('SET', lease, successor, 'PX', ms)
+  end
   leaveLine(successor)
   -- Passed without a fence (PASSED_WITHOUT_FENCE): the caller tells its successor.
-  return {1, -1}
+  return {released, -1}
 end
-if redis.call('EXISTS', alive) == 0 then
-  redis.call('DEL', lease)
-  return 1
+if redis.call('EXISTS', alive) == 1 then passOn(ARGV[2], ARGV[3]) end
+return released
+`,
+);
+
+/**
+ * Resets the lease of the token's hold: compare-and-pexpire for its writer; for a reader whose lease
+ * still runs, its own deadline (a reader another process lost is never revived), and the lock's
+ * expiry follows the last reader's. KEYS[1] the lock, KEYS[6] its readers; ARGV[1] owner token,
+ * ARGV[2] ttl ms. Returns 1 if extended, else 0.
+ */
+export const extendLockScript = script(
+  'extendLock',
+  6,
+  `${SERVER_TIME}
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then
+  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
 end
-passOn(ARGV[2], ARGV[3])
+if holder ~= '' then return 0 end
+local nowMs = serverTime()
+local deadline = redis.call('ZSCORE', KEYS[6], ARGV[1])
+if not deadline or tonumber(deadline) <= nowMs then return 0 end
+redis.call('ZADD', KEYS[6], 'XX', nowMs + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
+redis.call('PEXPIREAT', KEYS[6], last)
+redis.call('PEXPIREAT', KEYS[1], last)
 return 1
 `,
 );
 
-/** Compare-and-pexpire: resets the lease only for its owner. */
-export const extendLockScript = script(
-  'extendLock',
-  1,
-  `
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
-end
-return 0
-`,
-);
-
-/** Whether the lock is held: 1 or 0 (EXISTS, one read). */
+/** How many hold the lock: 1 for a writer, the number of readers whose lease still runs, or 0. */
 export const countLockScript = script(
   'countLock',
-  1,
-  `
-return redis.call('EXISTS', KEYS[1])
+  6,
+  `${SERVER_TIME}
+local holder = redis.call('GET', KEYS[1])
+if not holder then return 0 end
+if holder ~= '' then return 1 end
+return redis.call('ZCOUNT', KEYS[6], '(' .. serverTime(), '+inf')
 `,
 );
 
 /**
- * Reads a lock without touching it: its remaining lease and its fence counter.
- * Returns {PTTL of the lock (-2: not held), the last fence issued as a string ('' if none)}: the
- * fence as a string, because it is near 2^51 and Lua would hand a number back in exponent notation.
- * One script rather than two commands, so that both values are of the same instant.
+ * Reads a lock without touching it. Returns {PTTL of the lock (-2: not held), the last fence issued
+ * as a string ('' if none), the number of readers whose lease still runs (0: held to write, or
+ * free)}: the fence as a string, because it is near 2^51 and Lua would hand a number back in exponent
+ * notation. One script rather than several commands, so that the values are of the same instant.
  */
 export const inspectLockScript = script(
   'inspectLock',
-  2,
-  `
-return {redis.call('PTTL', KEYS[1]), redis.call('GET', KEYS[2]) or ''}
+  6,
+  `${SERVER_TIME}
+local pttl = redis.call('PTTL', KEYS[1])
+local readerCount = 0
+if redis.call('GET', KEYS[1]) == '' then
+  readerCount = redis.call('ZCOUNT', KEYS[6], '(' .. serverTime(), '+inf')
+  -- The last reader's lease ends this very ms: free.
+  if readerCount == 0 then pttl = -2 end
+end
+return {pttl, redis.call('GET', KEYS[2]) or '', readerCount}
 `,
 );
 
 /**
- * An operator's release of a lock, whoever holds it: the same as `releaseLockScript` for the
- * holder's token — the lock goes to the first fair waiter in line (for a handover lease), or is
- * freed and the waiters are woken — without knowing the token. The holder finds it gone at its
- * next renewal (a lost lease).
+ * An operator's release of a lock, whoever holds it, writer or readers: the lock is freed and goes to
+ * the line as after its holder's release (`passOn`), without knowing any token. The holders find it
+ * gone at their next renewal (a lost lease).
  */
 export const forceReleaseLockScript = script(
   'forceReleaseLock',
-  5,
-  (publish) => `${passOn(publish)}
+  6,
+  (publish) => `${readWriteLine(publish)}
 counterTtl = ARGV[3]
 if not redis.call('GET', lease) then
   return 0
 end
+redis.call('DEL', lease, readers)
 passOn(ARGV[1], ARGV[2])
 return 1
 `,

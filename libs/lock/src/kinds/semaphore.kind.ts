@@ -21,7 +21,7 @@ const NO_SEMAPHORES_ON_REDLOCK =
  */
 export const semaphoreKind: LeaseKind<number> = {
   name: 'semaphore',
-  exclusive: false,
+  exclusive: () => false,
   describe: (name) => `a permit of semaphore "${name}"`,
   describeLost: (name) => `A permit of semaphore "${name}"`,
   purposes: {
@@ -41,7 +41,7 @@ export const semaphoreKind: LeaseKind<number> = {
     companions: ['fence', 'line', 'alive', 'waiters', 'limits'],
     acquire: acquirePermitScript,
     requestArgs: (limit) => [limit],
-    takenBySetNx: false,
+    takenBySetNx: () => false,
     release: releasePermitScript,
     extend: extendPermitScript,
     fence: fencePermitScript,

@@ -24,6 +24,8 @@ if last[2] then redis.call('PEXPIREAT', KEYS[1], last[2]) end
  */
 function servingTheLine(publish: PublishCommand): string {
   return `${waiterLine(publish)}
+asked = KEYS[6]
+
 -- The limit a waiter asked for when it joined; nil when it did not join (or nest-lock did not record it).
 local function limitOf(waiter)
   return tonumber(redis.call('HGET', asked, waiter))
@@ -109,7 +111,8 @@ return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
  * Gives a permit back (a permit whose lease already ran out is dropped but reported as not ours),
  * then hands the freed permit to the successor the caller names (as `releaseLockScript` does) if it
  * fits under the successor's own limit, and serves the fair waiters in line; when nobody was handed
- * one, wakes the other waiters. A token that holds no permit leaves the line (a waiter giving up).
+ * one, wakes the other waiters. A token that holds no permit leaves the line (a waiter giving up), and
+if a release had woken it to try, passes that on (serves the line, or wakes another waiter).
  */
 export const releasePermitScript = script(
   'releasePermit',
@@ -118,12 +121,22 @@ export const releasePermitScript = script(
 local token, successor = ARGV[1], ARGV[5]
 counterTtl = ARGV[4]
 local deadline = redis.call('ZSCORE', lease, token)
+local nowMs = serverTime()
 if not deadline then
+  -- A waiter that gives up after a release woke it (fair: false; a woken waiter is out of alive): the
+  -- wake goes on to another waiter, or permits would stay free while they sleep.
+  local woken = not redis.call('ZSCORE', alive, token)
   leaveLine(token)
+  if woken and redis.call('EXISTS', alive) == 1 then
+    redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
+    dropGoneWaiters(nowMs)
+    local _, _, handed = serveLine(redis.call('ZCARD', lease), nowMs, tonumber(ARGV[2]), ARGV[3])
+    if handed == 0 then wake(ARGV[3]) end
+    ${expireWithLastLease.trim()}
+  end
   return 0
 end
 redis.call('ZREM', lease, token)
-local nowMs = serverTime()
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local released = tonumber(deadline) > nowMs and 1 or 0
 local held = redis.call('ZCARD', lease)

@@ -118,9 +118,9 @@ async function waitInLines<Request>(
   }
   // Opened before the first attempt: a lease handed over while an attempt is on its way is kept.
   const turn = store.openTurn(kind, id, token);
-  if (leaveLocalLine) lines.waitsOnStore(line, token, policy.ttl, start);
+  if (leaveLocalLine) lines.waitsOnStore(line, token, policy.ttl, request, start);
   const leaveStoreLine =
-    fair === 'strict' && policy.timeout > 0 ? lines.standsInStoreLine(line, token, policy.ttl) : undefined;
+    fair === 'strict' && policy.timeout > 0 ? lines.standsInStoreLine(line, token, policy.ttl, request) : undefined;
   try {
     // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
     const liveness = 2 * (policy.maxStep + commandTimeout);
@@ -138,11 +138,11 @@ async function waitInLines<Request>(
       await release().catch(() => undefined);
       return true;
     };
-    // A holder of this process passes an exclusive lease to this waiter when it releases (see
-    // LocalLines): wait for that rather than join the store's line, until its lease runs out at the
-    // latest (a holder that never releases passes nothing). The release is sent after this wait began.
-    // (Not for a lease with room for several: another of its holders may leave now.)
-    const passBy = leaveLocalLine && kind.exclusive ? lines.expectsPassBy(line, token) : undefined;
+    // A holder of this process passes the lease to this waiter, which asks to hold it alone, when it
+    // releases (see LocalLines): wait for that rather than join the store's line, until its lease runs
+    // out at the latest (a holder that never releases passes nothing). The release is sent after this
+    // wait began. (Not for a request that may share the lease: another of its holders may leave now.)
+    const passBy = leaveLocalLine && kind.exclusive(request) ? lines.expectsPassBy(line, token) : undefined;
     if (passBy !== undefined) {
       const waitStart = performance.now();
       const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart, passBy + 1 - waitStart));

@@ -1,6 +1,6 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
-import { validateLeaseTtl } from '../options/call-options.js';
+import { type LockMode, validateLeaseTtl } from '../options/call-options.js';
 import { driftMargin } from '../options/durations.js';
 import type { LockStore } from '../store/store.js';
 import type { HoldTimer } from '../telemetry/telemetry.js';
@@ -95,6 +95,8 @@ export class HeldLease implements WatchedLease {
     readonly kind: LeaseKind,
     /** The lock key or semaphore name. */
     readonly id: string,
+    /** What it was taken asking (the kind's request: a lock's mode, a semaphore's limit). */
+    readonly request: unknown,
     grant: LeaseGrant,
     private readonly keeping: LeaseKeeping,
     public policy: KeepPolicy,
@@ -117,6 +119,11 @@ export class HeldLease implements WatchedLease {
     return this.id;
   }
 
+  /** How a lock holds its key (`Lock.mode`): its request. */
+  get mode(): LockMode {
+    return this.request as LockMode;
+  }
+
   /** The semaphore name (`Permit.name`). */
   get name(): string {
     return this.id;
@@ -135,10 +142,11 @@ export class HeldLease implements WatchedLease {
    * The lease's fence: drawn by the store on the first call, while the lease is ours (one round trip),
    * then the same number without one. Strictly greater than the fence of every earlier holder of the
    * lease. Rejects with `LockLostError` when the lease is not ours any more (released, expired or
-   * taken: a lease found gone is lost, its `signal` aborts), with `LockBackendError` when the store
-   * cannot be reached (the next call tries again).
+   * taken: a lease found gone is lost, its `signal` aborts) — at once, drawn before or not, once this
+   * process knows it — with `LockBackendError` when the store cannot be reached (the next call tries again).
    */
   fence(): Promise<number> {
+    if (this.state !== 'held') return Promise.reject(this.lostError ?? this.lossOf('released'));
     if (this.drawnFence !== undefined) return Promise.resolve(this.drawnFence);
     this.drawing ??= this.drawFence().finally(() => (this.drawing = undefined));
     return this.drawing;

@@ -87,11 +87,23 @@ const holdsOfChain = new AsyncLocalStorage<ReadonlyMap<string, SharedHold<ChainL
 /**
  * Joins the lease this call chain holds on `entry`, or takes a new one with `acquire`. The join
  * happens synchronously, before anything is awaited, so that an outer holder cannot give the
- * lease back between the start of a nested call and its joining.
+ * lease back between the start of a nested call and its joining. `mayJoin` throws when the call
+ * must not join the lease held (a write inside a read of the same key): the call rejects at once.
  */
-export function enterHold<L extends ChainLease>(entry: HoldEntry, acquire: () => Promise<L>): Promise<HoldTicket<L>> {
+export function enterHold<L extends ChainLease>(
+  entry: HoldEntry,
+  acquire: () => Promise<L>,
+  mayJoin?: (held: L) => void,
+): Promise<HoldTicket<L>> {
   const held = holdsOfChain.getStore()?.get(keyOf(entry));
-  if (held?.open) return Promise.resolve(held.enter() as HoldTicket<L>);
+  if (held?.open) {
+    try {
+      mayJoin?.(held.lease as L);
+    } catch (refusal) {
+      return Promise.reject(refusal);
+    }
+    return Promise.resolve(held.enter() as HoldTicket<L>);
+  }
   return acquire().then((lease) => new SharedHold(entry, lease).enter());
 }
 
@@ -103,8 +115,9 @@ export async function holdDuring<L extends ChainLease, H, T>(
   entry: HoldEntry,
   acquire: () => Promise<L>,
   fn: (handle: H) => T | Promise<T>,
+  mayJoin?: (held: L) => void,
 ): Promise<T> {
-  const ticket = await enterHold(entry, acquire);
+  const ticket = await enterHold(entry, acquire, mayJoin);
   try {
     return await ticket.run(() => fn(ticket.handle as H));
   } finally {

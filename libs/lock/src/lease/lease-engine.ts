@@ -43,7 +43,7 @@ export class LeaseEngine implements LeaseKeeping {
       acquireLease(this, call, this.commandTimeout),
     );
     if (!('token' in grant)) return grant;
-    return new HeldLease(kind, id, grant, this, call.keep, this.telemetry.startHold(kind.name));
+    return new HeldLease(kind, id, call.request, grant, this, call.keep, this.telemetry.startHold(kind.name));
   }
 
   /** One acquisition, or the kind's timeout error (`LockTimeoutError`, `SemaphoreTimeoutError`). */
@@ -59,12 +59,12 @@ export class LeaseEngine implements LeaseKeeping {
    * its holders gives it back), and gives it back afterwards, whatever `fn` did.
    */
   holdDuring<Request, Handle, T>(call: HoldCall<Request>, fn: (handle: Handle) => T | Promise<T>): Promise<T> {
-    return holdDuring(this.entryOf(call), () => this.acquireOrThrow(call), fn);
+    return holdDuring(this.entryOf(call), () => this.acquireOrThrow(call), fn, this.mayJoin(call));
   }
 
   /** Joins the lease the call chain holds, or waits for it, as a holder that must `leave()` (the decorators). */
   enter<Request>(call: HoldCall<Request>): Promise<HoldTicket<HeldLease>> {
-    return enterHold(this.entryOf(call), () => this.acquireOrThrow(call));
+    return enterHold(this.entryOf(call), () => this.acquireOrThrow(call), this.mayJoin(call));
   }
 
   /** The leases of `kind` on `id` held in this process (by `token`, or by anybody without one), newest last. */
@@ -76,6 +76,14 @@ export class LeaseEngine implements LeaseKeeping {
   close(): void {
     this.watchdog.close();
     this.releases.close();
+  }
+
+  /** Refuses to join a lease of the chain that the call may not share (the kind says: an upgrade). */
+  private mayJoin<Request>({ kind, id, request }: HoldCall<Request>): (held: HeldLease) => void {
+    return (held) => {
+      const refusal = kind.joinRefusal?.(held.request as Request, request, id);
+      if (refusal !== undefined) throw refusal;
+    };
   }
 
   private entryOf({ kind, id }: HoldCall): { kind: string; id: string; scope: object } {

@@ -79,14 +79,14 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
    */
   async function lineWithHolder(lines: LocalLines, headSince: (wonAt: number) => number) {
     const leaveHolder = (await lines.enter(LINE, performance.now() + 10_000))!;
-    lines.waitsOnStore(LINE, 'holder', 1_000, performance.now());
+    lines.waitsOnStore(LINE, 'holder', 1_000, undefined, performance.now());
     const headTurn = lines.enter(LINE, performance.now() + 10_000);
     const wonAt = performance.now();
     const runsOutBy = wonAt + 1_000;
     lines.won(LINE, 'holder', runsOutBy);
     leaveHolder();
     const leaveHead = (await headTurn)!;
-    lines.waitsOnStore(LINE, 'head', 1_000, headSince(wonAt));
+    lines.waitsOnStore(LINE, 'head', 1_000, undefined, headSince(wonAt));
     return { leaveHead, runsOutBy };
   }
 
@@ -120,7 +120,7 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
     const lines = new LocalLines();
     let holder = 'holder-0';
     let leave = (await lines.enter(LINE, performance.now() + 60_000))!;
-    lines.waitsOnStore(LINE, holder, 1_000, performance.now());
+    lines.waitsOnStore(LINE, holder, 1_000, undefined, performance.now());
     // Twenty waiters of this process, all queued before the first tenure began.
     const turns = Array.from({ length: 20 }, () => lines.enter(LINE, performance.now() + 60_000));
     const arrivedBefore = performance.now() - 1_000;
@@ -130,7 +130,7 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
       leave();
       leave = (await turns[i - 1])!;
       const next = `holder-${i}`;
-      lines.waitsOnStore(LINE, next, 1_000, arrivedBefore);
+      lines.waitsOnStore(LINE, next, 1_000, undefined, arrivedBefore);
       const successor = lines.successor(LINE, holder)!;
       jumps.push(successor.jump);
       successor.passed(1_000 + i);
@@ -160,8 +160,8 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
 
   it("names the oldest strict waiter standing in the store's line as the successor, never ahead of that line", () => {
     const lines = new LocalLines();
-    const leaveFirst = lines.standsInStoreLine(LINE, 'first', 300);
-    lines.standsInStoreLine(LINE, 'second', 2_000);
+    const leaveFirst = lines.standsInStoreLine(LINE, 'first', 300, undefined);
+    lines.standsInStoreLine(LINE, 'second', 2_000, undefined);
 
     expect(lines.successor(LINE, 'holder')).toMatchObject({ token: 'first', jump: false, ttl: 300 });
     // A strict waiter that holds the lease (its release) is never its own successor.

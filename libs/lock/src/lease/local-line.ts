@@ -14,6 +14,8 @@ interface Head {
   token: string;
   /** The ttl it asked for. */
   ttl: number;
+  /** What it asked for (the kind's request). */
+  request: unknown;
   /** `performance.now()` at which it started waiting. */
   since: number;
   /** Set while it waits for a holder of this process to pass it the lease: ends that wait. */
@@ -26,6 +28,7 @@ interface Head {
 interface StrictWaiter {
   token: string;
   ttl: number;
+  request: unknown;
   /** The lease a release of this process passed it, and when that release was sent. */
   pass?: { fence: number; sentAt: number };
 }
@@ -137,10 +140,10 @@ export class LocalLines {
     });
   }
 
-  /** The head of `line` waits on the store now, as `token` asking `ttl`, since `since`. */
-  waitsOnStore(line: string, token: string, ttl: number, since: number): void {
+  /** The head of `line` waits on the store now, as `token` asking `ttl` and `request`, since `since`. */
+  waitsOnStore(line: string, token: string, ttl: number, request: unknown, since: number): void {
     const state = this.lines.get(line);
-    if (state) state.head = { token, ttl, since };
+    if (state) state.head = { token, ttl, request, since };
   }
 
   /**
@@ -202,6 +205,7 @@ export class LocalLines {
       token: head.token,
       jump,
       ttl: head.ttl,
+      request: head.request,
       passed: (fence) => {
         if (fence === 0) return head.notPassed?.();
         head.pass = { fence, sentAt };
@@ -214,12 +218,12 @@ export class LocalLines {
 
   /**
    * A strict waiter (`fair: 'strict'`) of this process stands in the store's line of `line` as
-   * `token`, asking `ttl`, until the returned function is called. It queues nowhere here: a release
+   * `token`, asking `ttl` and `request`, until the returned function is called. It queues nowhere here: a release
    * of this process names the oldest of them as its successor, which gets the lease only if it is
    * first in the store's line (or nobody is), in the release itself, without a message.
    */
-  standsInStoreLine(line: string, token: string, ttl: number): () => void {
-    const waiter: StrictWaiter = { token, ttl };
+  standsInStoreLine(line: string, token: string, ttl: number, request: unknown): () => void {
+    const waiter: StrictWaiter = { token, ttl, request };
     const waiters = this.strictWaiters.get(line);
     if (waiters === undefined) this.strictWaiters.set(line, [waiter]);
     else waiters.push(waiter);
@@ -252,6 +256,7 @@ export class LocalLines {
       token: oldest.token,
       jump: false,
       ttl: oldest.ttl,
+      request: oldest.request,
       passed: (fence) => {
         if (fence !== 0) oldest.pass = { fence, sentAt };
       },

@@ -52,6 +52,22 @@ export type SemaphoreOptions = LeaseOptions;
 export interface LockOptions extends LeaseOptions {
   /** Owner token to use instead of a fresh random one (e.g. to release from another process). */
   token?: string;
+  /**
+   * `'write'` (the default): the lock alone, as a plain `lock()`; `'read'`: beside any number of other
+   * readers of the key, never beside a writer (docs/API.md, "Read-write locks").
+   */
+  mode?: LockMode;
+}
+
+/** How a lock holds its key: alone (`'write'`) or beside other readers (`'read'`). */
+export type LockMode = 'write' | 'read';
+
+/** `mode`: `'write'` or `'read'`; `undefined` for the default. */
+export function validateLockMode(value: unknown): LockMode | undefined {
+  if (value !== undefined && value !== 'write' && value !== 'read') {
+    throw new InvalidArgumentError('mode', `must be 'write' or 'read', got ${describe(value)}`);
+  }
+  return value;
 }
 
 export const DEFAULT_LEASE: Readonly<LeaseDefaults> = Object.freeze({
@@ -72,7 +88,7 @@ export const DEFAULTS_OPTION_NAMES: ReadonlySet<string> = new Set([
 /** The option names each kind of call accepts; anything else is a misspelling and refused. */
 const OPTION_NAMES = {
   semaphore: new Set([...DEFAULTS_OPTION_NAMES, 'signal']),
-  lock: new Set([...DEFAULTS_OPTION_NAMES, 'signal', 'token']),
+  lock: new Set([...DEFAULTS_OPTION_NAMES, 'signal', 'token', 'mode']),
 } as const;
 
 /**
@@ -99,9 +115,10 @@ function validateOptionsBesideDurations(
   }
   const known = extraNames.length === 0 ? OPTION_NAMES[kind] : new Set([...OPTION_NAMES[kind], ...extraNames]);
   rejectUnknownNames('', options as object, known);
-  const { signal, token, autoExtend, fair } = options as LockOptions;
+  const { signal, token, autoExtend, fair, mode } = options as LockOptions;
   validateSignal(signal);
   if (token !== undefined) validateKey('token', token);
+  validateLockMode(mode);
   validateBoolean(autoExtend, 'autoExtend');
   validateFairness(fair, 'fair');
 }

@@ -28,4 +28,6 @@ export interface StoreKind<Request = unknown> {
    * would silently lose it there.
    */
   readonly redlock: 'token-lease' | { readonly refusal: string };
+  /** For a token lease: why Redlock refuses some requests of it (a lock's read mode), if it does. */
+  redlockRefusal?(request: Request): string | undefined;
 }

@@ -111,6 +111,11 @@ export interface Inspection {
   ttls: number[];
   /** The last fence issued for the lease, when the store knows it. */
   fence?: number;
+  /**
+   * What each holder asked for (the kind's request: a lock's mode), when the store knows it; on Redis,
+   * a lock's holders even where `ttls` has one lease for all its readers.
+   */
+  holders?: readonly unknown[];
 }
 
 export interface AttemptOptions {
@@ -142,6 +147,8 @@ export interface Successor {
   jump: boolean;
   /** The ttl it asked for: the lease handed to it lasts no longer until it extends it. */
   ttl: number;
+  /** What it asked for (the kind's request: a lock's mode, a semaphore's limit). */
+  request: unknown;
   /**
    * Called once the release is done: with `PASSED_WITHOUT_FENCE` when it handed it the lease (before
    * its turn is told), or 0 when it did not (or failed).

@@ -114,15 +114,16 @@ export class MemoryStore implements LockStore {
   }
 
   /**
-   * The holders' lease ttls, soonest first, and the highest fence drawn by them, if any (nothing is
-   * kept once they are gone).
+   * The holders' lease ttls, soonest first, what each asked for, and the highest fence drawn by them,
+   * if any (nothing is kept once they are gone).
    */
   async inspect(kind: StoreKind, id: string): Promise<Inspection> {
     const now = performance.now();
-    const holders = [...this.liveHolders(kind, id).values()];
-    const ttls = holders.map((holder) => Math.ceil(holder.deadline - now)).sort((a, b) => a - b);
+    const holders = [...this.liveHolders(kind, id).values()].sort((a, b) => a.deadline - b.deadline);
+    const ttls = holders.map((holder) => Math.ceil(holder.deadline - now));
+    const requests = holders.map((holder) => holder.request);
     const fences = holders.flatMap((holder) => (holder.fence === undefined ? [] : [holder.fence]));
-    return fences.length === 0 ? { ttls } : { ttls, fence: Math.max(...fences) };
+    return { ttls, holders: requests, ...(fences.length === 0 ? {} : { fence: Math.max(...fences) }) };
   }
 
   async forceRelease(kind: StoreKind, id: string): Promise<boolean> {

@@ -40,11 +40,11 @@ end
  * the **line**: fair waiters in order of arrival (token → server clock in µs), KEYS[4] the
  * **alive** set: every waiter, fair or not (token → deadline in ms), which a waiter pushes back with
  * each attempt, and KEYS[5] **waiters**: what each waiter asked for (a hash by token): `<ttl> <process>`,
- * its ttl, which bounds a lease handed to it, and the wake-up channel of its process. A waiter that
- * stops attempting (it died, or gave up without being able to say so) drops out once its deadline
- * passes, so it never blocks the line. A kind may keep what else each waiter asked for in KEYS[6] (a
- * hash by token; a semaphore keeps its waiters' limits there), which leaves and drops out with the
- * waiter.
+ * its ttl, which bounds a lease handed to it, and the wake-up channel of its process (a kind may add
+ * a word of its own after them: a lock marks its readers). A waiter that stops attempting (it died,
+ * or gave up without being able to say so) drops out once its deadline passes, so it never blocks
+ * the line. A kind may keep what else each waiter asked for in a hash by token of its own, `asked`
+ * (a semaphore keeps its waiters' limits in its KEYS[6]), which leaves and drops out with the waiter.
  *
  * Releases publish to the waiter's own process only, on `<wake-up channel>:<process>` (the lease's
  * channel, `…:wake`, with the suffix its process subscribes to): `<token> <fence>` tells one waiter
@@ -56,7 +56,9 @@ end
  */
 export function waiterLine(publish: PublishCommand): string {
   return `${SERVER_TIME}${FENCE_RULE}
-local lease, counter, line, alive, waiters, asked = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local lease, counter, line, alive, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+-- Set by a kind that keeps what else each waiter asked for (a hash by token), after this snippet.
+local asked
 local counterTtl
 
 local function nextFence()
@@ -93,7 +95,8 @@ local function outlive(set, ms)
   if redis.call('PTTL', set) < ms then redis.call('PEXPIRE', set, ms) end
 end
 
--- A fair waiter's place in line; every waiter's liveness, and its ttl and process (see the top).
+-- A fair waiter's place in line; every waiter's liveness, and its ttl and process (see the top), then
+-- what else the kind records of it (\`process\` may go on: '<process> <more>').
 local function join(token, fair, nowMs, nowMicros, liveMs, ttl, process)
   if fair then
     redis.call('ZADD', line, 'NX', nowMicros, token)
@@ -116,7 +119,7 @@ end
 
 -- The channel \`waiter\`'s process listens on, read before the waiter leaves the line.
 local function channelOf(channel, waiter)
-  local process = string.match(redis.call('HGET', waiters, waiter) or '', ' (.+)$')
+  local process = string.match(redis.call('HGET', waiters, waiter) or '', '^%S+ (%S+)')
   if process then return channel .. ':' .. process end
   return channel
 end

@@ -17,7 +17,7 @@ import type { RedisScript } from './script.js';
  *   as granted (a retry after a lost reply, or a waiter that missed its handover message).
  * - `release`: ARGV[1] owner token, ARGV[2] lease ms of a handover, ARGV[3] channel, ARGV[4] fence
  *   counter ttl ms; with a successor, ARGV[5] its token, ARGV[6] '1' if it may go ahead of the
- *   line, ARGV[7] its ttl ms. A lease handed to a waiter lasts the handover lease, or the waiter's ttl
+ *   line, ARGV[7] its ttl ms, then its `requestArgs`. A lease handed to a waiter lasts the handover lease, or the waiter's ttl
  *   when that is shorter (the successor's, or as a fair waiter asked when it joined: see `waiterLine`).
  *   Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter giving up); {that, -1} when the lease went to the successor (no fence is drawn for it:
  *   `PASSED_WITHOUT_FENCE`).
@@ -35,10 +35,11 @@ export interface RedisLayout<Request> {
   readonly companions: readonly string[];
   readonly acquire: RedisScript;
   /**
-   * The lease is a string holding its owner's token, with the lease as its expiry: a free one is
-   * taken by `SET <lease> <token> NX PX <ttl>` alone (an uncontended attempt's one command).
+   * Whether a lease asked with `request` is a string holding its owner's token, with the lease as its
+   * expiry: a free one is then taken by `SET <lease> <token> NX PX <ttl>` alone (an uncontended
+   * attempt's one command).
    */
-  readonly takenBySetNx: boolean;
+  takenBySetNx(request: Request): boolean;
   /** The acquire script's arguments after the common ones (a semaphore's limit). */
   requestArgs(request: Request): readonly (string | number)[];
   readonly release: RedisScript;

@@ -85,11 +85,11 @@ export class RedisStore implements LockStore {
   async acquireIfFree<Request>(
     kind: StoreKind<Request>,
     id: string,
-    _request: Request,
+    request: Request,
     token: string,
     ttl: number,
   ): Promise<boolean | undefined> {
-    if (!kind.redis.takenBySetNx) return undefined;
+    if (!kind.redis.takenBySetNx(request)) return undefined;
     const lease = this.mainKey(kind, id);
     const answer = await this.run(
       id,
@@ -103,7 +103,10 @@ export class RedisStore implements LockStore {
   /** A release; a lease it handed to `successor` is delivered to its turn here. */
   async release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean> {
     const args = this.releaseArgs(kind, id, token);
-    if (successor !== undefined) args.push(successor.token, successor.jump ? '1' : '0', toMillis(successor.ttl));
+    if (successor !== undefined) {
+      args.push(successor.token, successor.jump ? '1' : '0', toMillis(successor.ttl));
+      args.push(...kind.redis.requestArgs(successor.request));
+    }
     let handedFence = 0;
     try {
       // 0 or 1: whether it was held; [1, fence]: held, and handed to the successor.

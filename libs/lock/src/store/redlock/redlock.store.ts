@@ -105,10 +105,12 @@ export class RedlockStore implements LockStore {
   async acquire<Request>(
     kind: StoreKind<Request>,
     id: string,
-    _request: Request,
+    request: Request,
     token: string,
     ttl: number,
   ): Promise<Attempt> {
+    const refusal = kind.redlockRefusal?.(request);
+    if (refusal !== undefined) throw new InvalidArgumentError('mode', refusal);
     const { start, timeout, results } = await this.onAllWithin(kind, id, 'acquire', ttl, redlockAcquireScript, [
       token,
       toMillis(ttl),

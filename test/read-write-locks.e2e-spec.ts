@@ -1,0 +1,251 @@
+import { describe, expect, it } from '@jest/globals';
+import { InvalidArgumentError, type Lock, LockUpgradeError } from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
+import { deferred } from './support/deferred.js';
+import { STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
+import { useRedisClient, useRedisServer } from './support/redis-server.js';
+import { killWorker, runWorkers, startWorker } from './support/workers.js';
+
+describe.each(STORE_KINDS)('read-write locks on the %s store', (kind) => {
+  // Two applications: on Redis two owners as far as Redis can tell (two processes); on memory one.
+  const apps = useLockApps(kind, 2);
+  const [a, b] = [() => apps()[0].locks, () => apps()[1].locks];
+
+  it('lets readers hold a key together, and a writer only once they are all gone', async () => {
+    const key = uniqueKey('readers-together');
+    const first = await a().lock(key, { mode: 'read' });
+    const second = await b().lock(key, { mode: 'read' });
+
+    expect([first.mode, second.mode]).toEqual(['read', 'read']);
+    expect(await a().inspect(key)).toMatchObject({ held: true, mode: 'read', readers: 2 });
+    expect(await a().isLocked(key)).toBe(true);
+    expect(await b().tryLock(key)).toBeNull();
+
+    expect(await first.unlock()).toBe(true);
+    expect(await b().tryLock(key)).toBeNull(); // one reader is still in
+    expect(await second.unlock()).toBe(true);
+    const writer = await b().lock(key, { timeout: 1_000 });
+
+    expect(writer.mode).toBe('write');
+    expect(await a().inspect(key)).toMatchObject({ held: true, mode: 'write', readers: 0 });
+    expect(await a().tryLock(key, { mode: 'read' })).toBeNull();
+    await writer.unlock();
+    expect(await a().inspect(key)).toMatchObject({ held: false, readers: 0, ttl: 0 });
+  });
+
+  it('holds back a reader that arrives after a waiting writer until that writer has had the key', async () => {
+    const key = uniqueKey('writer-first');
+    const reader = await a().lock(key, { mode: 'read' });
+    const order: string[] = [];
+    const writer = b().withLock(key, () => void order.push('writer'), { timeout: 5_000 });
+    await delay(100); // the writer waits in line
+    const lateReader = a().withLock(key, () => void order.push('late reader'), { mode: 'read', timeout: 5_000 });
+    await delay(100);
+
+    expect(order).toEqual([]); // the late reader does not join the first reader ahead of the writer
+    await reader.unlock();
+    await Promise.all([writer, lateReader]);
+
+    expect(order).toEqual(['writer', 'late reader']);
+  });
+
+  it('rejects an upgrade at once: a write inside a read of the same key, in one call chain', async () => {
+    const key = uniqueKey('upgrade');
+    let refusedAfter = Infinity;
+    const caught = await a().withLock(
+      key,
+      async () => {
+        const started = performance.now();
+        const error = await a()
+          .withLock(key, () => 'never', { timeout: 5_000 })
+          .catch((thrown: unknown) => thrown);
+        refusedAfter = performance.now() - started;
+        return error;
+      },
+      { mode: 'read' },
+    );
+
+    expect(caught).toBeInstanceOf(LockUpgradeError);
+    expect((caught as LockUpgradeError).code).toBe('LOCK_UPGRADE');
+    expect((caught as LockUpgradeError).key).toBe(key);
+    expect(refusedAfter).toBeLessThan(50);
+    expect(await a().isLocked(key)).toBe(false); // and the read was given back
+  });
+
+  it('makes a read inside a write of the same key part of that write, and a read inside a read part of it', async () => {
+    const key = uniqueKey('read-in-write');
+    const tokens = await a().withLock(key, async (outer) => {
+      const inner = await a().withLock(key, (lock) => lock.token, { mode: 'read', timeout: 0 });
+      return [outer.token, inner];
+    });
+    expect(tokens[1]).toBe(tokens[0]);
+
+    const readTokens = await a().withLock(
+      key,
+      async (outer) => [outer.token, await a().withLock(key, (lock) => lock.token, { mode: 'read', timeout: 0 })],
+      { mode: 'read' },
+    );
+    expect(readTokens[1]).toBe(readTokens[0]);
+  });
+
+  it('refuses a mode other than write or read before the store is touched', async () => {
+    const key = uniqueKey('bad-mode');
+    for (const mode of ['shared', 'READ', null, 1]) {
+      await expect(a().lock(key, { mode } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+      await expect(a().withLock(key, () => 1, { mode } as never)).rejects.toThrow(/mode/);
+    }
+    expect(await a().isLocked(key)).toBe(false);
+  });
+
+  it('frees readers and writer alike on forceUnlock; the readers of this process lose their lease at once', async () => {
+    const key = uniqueKey('force-readers');
+    const first = await a().lock(key, { mode: 'read' });
+    const second = await b().lock(key, { mode: 'read' });
+
+    expect(await a().forceUnlock(key)).toBe(true);
+    expect(first.signal.aborted).toBe(true);
+    const writer = await b().lock(key, { timeout: 1_000 });
+    expect(await second.unlock()).toBe(false);
+    expect(await a().forceUnlock(key)).toBe(true);
+    expect(await writer.unlock()).toBe(false);
+    expect(await a().forceUnlock(key)).toBe(false);
+  });
+
+  it("renews a reader's own lease while its routine runs, and expire() resets one reader's lease alone", async () => {
+    const key = uniqueKey('reader-renewal');
+    const other = await b().lock(key, { mode: 'read', ttl: 5_000 });
+    await a().withLock(
+      key,
+      async (lock: Lock) => {
+        await delay(900); // three of its 300 ms leases
+        expect(lock.validity).toBeGreaterThan(0);
+        expect(await a().inspect(key)).toMatchObject({ held: true, mode: 'read', readers: 2 });
+      },
+      { mode: 'read', ttl: 300 },
+    );
+    expect(await a().inspect(key)).toMatchObject({ mode: 'read', readers: 1 });
+
+    expect(await a().expire(key, other.token, 200)).toBe(true);
+    await delay(400);
+    expect(await a().inspect(key)).toMatchObject({ held: false, readers: 0 });
+    expect(await a().expire(key, other.token, 5_000)).toBe(false); // a lost reader is never revived
+    expect(await other.unlock()).toBe(false);
+  });
+
+  it('draws fences for a writer and for a reader while it holds the key, increasing in the order they held it', async () => {
+    const key = uniqueKey('read-write-fences');
+    const writer = await a().lock(key);
+    const writeFence = await writer.fence();
+    await writer.unlock();
+    const reader = await b().lock(key, { mode: 'read' });
+    const readFence = await reader.fence();
+    await expect(reader.fence()).resolves.toBe(readFence); // drawn once
+    await reader.unlock();
+
+    expect(readFence).toBeGreaterThan(writeFence);
+    await expect(reader.fence()).rejects.toMatchObject({ code: 'LOCK_LOST', reason: 'released' });
+  });
+});
+
+describe('read-write locks across processes on Redis', () => {
+  const server = useRedisServer();
+  const redis = useRedisClient(server);
+  const PROCESSES = 4;
+  const WORKERS = 8;
+  const SECTIONS = 160;
+
+  async function runSections(key: string, mode: 'lock' | 'none') {
+    const reports = await runWorkers<{ violations: number; writes: number; reads: number }>(
+      'read-write-sections',
+      PROCESSES,
+      [server().url, key, PROCESSES, WORKERS, SECTIONS, mode],
+    );
+    const sum = (field: 'violations' | 'writes' | 'reads') => reports.reduce((total, each) => total + each[field], 0);
+    return {
+      violations: sum('violations'),
+      writes: sum('writes'),
+      reads: sum('reads'),
+      counter: Number(await redis().get(`${key}:counter`)),
+      readingProcesses: Number(await redis().get(`${key}:reading-processes`)),
+    };
+  }
+
+  it('never lets a writer beside a reader or another writer, while readers of several processes read together', async () => {
+    const run = await runSections(uniqueKey('rw-checked'), 'lock');
+
+    expect(run.writes + run.reads).toBe(PROCESSES * WORKERS * SECTIONS); // 5,120 sections
+    expect(run.violations).toBe(0);
+    expect(run.counter).toBe(run.writes); // no write lost
+    expect(run.readingProcesses).toBeGreaterThanOrEqual(2);
+  }, 120_000);
+
+  it('sees violations without the lock (the control that shows the check can fail)', async () => {
+    const run = await runSections(uniqueKey('rw-unprotected'), 'none');
+
+    expect(run.violations).toBeGreaterThan(0);
+    expect(run.counter).toBeLessThan(run.writes);
+  }, 120_000);
+});
+
+describe('read-write locks: how soon each side gets in, on Redis', () => {
+  const apps = useLockApps('redis', 3);
+
+  it('lets a writer in within one read hold + 20 ms while four workers keep the key read without a gap', async () => {
+    const key = uniqueKey('busy-readers');
+    const readers = apps()[0].locks;
+    let reading = true;
+    // Four loops of 30 ms reads, started 7.5 ms apart: at every moment some reader holds the key.
+    const loops = Array.from({ length: 4 }, async (_, i) => {
+      await delay(i * 7.5);
+      while (reading) await readers.withLock(key, () => delay(30), { mode: 'read', timeout: 10_000 });
+    });
+    await delay(300);
+    expect(await readers.inspect(key)).toMatchObject({ mode: 'read' });
+
+    const asked = performance.now();
+    const writer = await apps()[1].locks.lock(key, { timeout: 5_000 });
+    const waited = performance.now() - asked;
+    reading = false;
+    await writer.unlock();
+    await Promise.all(loops);
+
+    expect(waited).toBeLessThan(30 + 20);
+  });
+
+  it('starts eight readers queued behind a writer within 10 ms of its release', async () => {
+    const key = uniqueKey('readers-behind-writer');
+    const writer = await apps()[0].locks.lock(key);
+    const released = deferred<number>();
+    const startedAfter: Promise<number>[] = [];
+    for (let i = 0; i < 8; i++) {
+      // Alternating between two other applications, each reader queued before the next.
+      const locks = apps()[1 + (i % 2)].locks;
+      startedAfter.push(
+        locks.withLock(key, async () => performance.now() - (await released.promise), { mode: 'read', timeout: 5_000 }),
+      );
+      await delay(20);
+    }
+
+    released.resolve(performance.now());
+    await writer.unlock();
+    const after = await Promise.all(startedAfter);
+
+    expect(Math.max(...after)).toBeLessThan(10);
+  });
+
+  it('lets a waiting writer in within 1.1 s after a reader with ttl 1000 is SIGKILLed', async () => {
+    const key = uniqueKey('killed-reader');
+    const { server } = apps()[0];
+    const { child } = await startWorker('hold-until-killed', [server!.url, 'read-lock', key, 1_000]);
+    expect(await apps()[0].locks.inspect(key)).toMatchObject({ mode: 'read', readers: 1 });
+
+    const waiting = apps()[1].locks.lock(key, { timeout: 5_000 });
+    await delay(100);
+    const killedAt = performance.now();
+    await killWorker(child);
+    const writer = await waiting;
+
+    expect(performance.now() - killedAt).toBeLessThan(1_100);
+    await writer.unlock();
+  });
+});
