@@ -92,6 +92,21 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     }
   });
 
+  it('locks several keys across slots as one, and never deadlocks on opposite orders', async () => {
+    const keys = spreadKeys(uniqueKey('many'), 6);
+    const lock = await app.locks.lock(keys);
+    expect([...lock.keys].sort()).toEqual([...keys].sort());
+    for (const key of keys) expect(await app.locks.isLocked(key)).toBe(true);
+    expect(await lock.unlock()).toBe(true);
+
+    let sections = 0;
+    const loop = async (order: string[]) => {
+      for (let i = 0; i < 15; i++) await app.locks.withLock(order, () => void sections++, { timeout: 5_000 });
+    };
+    await Promise.all([loop(keys), loop([...keys].reverse()), loop(keys.slice(2).concat(keys.slice(0, 2)))]);
+    expect(sections).toBe(45);
+  });
+
   it('wakes a waiter by a sharded message (SSUBSCRIBE on the primary of its slot), not by polling', async () => {
     for (const fair of [true, false]) {
       const key = uniqueKey(`sharded-wake-${fair}`);

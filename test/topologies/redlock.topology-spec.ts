@@ -234,6 +234,11 @@ describe('Redlock over 3 independent masters', () => {
       });
       const writer = await drifting.locks.lock('drift', { mode: 'write', ttl: 1_000 });
       expect(await writer.unlock()).toBe(true);
+      // Several keys: each a Redlock lock of its own, taken in the one global order.
+      const both = await drifting.locks.lock(['drift:b', 'drift:a'], { ttl: 1_000 });
+      expect([...both.keys].sort()).toEqual(['drift:a', 'drift:b']);
+      expect(await drifting.locks.isLocked('drift:a')).toBe(true);
+      expect(await both.unlock()).toBe(true);
     } finally {
       await drifting.module.close();
     }

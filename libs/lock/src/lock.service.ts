@@ -4,7 +4,10 @@ import { HeldLease, keepPolicy } from './lease/held-lease.js';
 import type { HoldTicket } from './lease/lease-chain.js';
 import { leaseOfChain } from './lease/lease-chain.js';
 import { type HoldCall, LeaseEngine } from './lease/lease-engine.js';
+import { inTakingOrder, LeaseSet, takeInOrder, ticketOfAll } from './lease/lease-set.js';
+import { createOwnerToken } from './lease/owner-token.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
+import { InvalidArgumentError, LockTimeoutError } from './lock.errors.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import {
@@ -13,13 +16,17 @@ import {
   resolveAcquirePolicy,
   type ServiceOptions,
   validateKey,
+  validateKeys,
   validateLeaseTtl,
   validateRoutine,
 } from './options/call-options.js';
 
 /** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
 export interface Lock {
+  /** The key; for a lock on several keys, the first of `keys`. */
   readonly key: string;
+  /** Every key it holds, without repeats, in the order they were taken (`[key]` for one key). */
+  readonly keys: readonly string[];
   /** `'write'`: held alone; `'read'`: beside other readers of the key (`LockOptions.mode`). */
   readonly mode: LockMode;
   /** Owner token: 128 random bits, fresh for every acquisition, unless the caller supplied one. */
@@ -31,9 +38,10 @@ export interface Lock {
    * owner in any process — a protected resource that refuses writes with a fence lower than the
    * highest it has seen refuses the late writes of a holder that lost its lease. Drawn on the first
    * call while the lock is ours (one round trip; a lock handed over by a release came with it), the
-   * same number after that. Rejects with `LockLostError` when the lock is not ours any more.
+   * same number after that. Rejects with `LockLostError` when the lock is not ours any more. On
+   * several keys: the fence of `key`, the first key's by default.
    */
-  fence(): Promise<number>;
+  fence(key?: string): Promise<number>;
   /** Aborted with a `LockLostError` once the lease is known to be lost; never by `unlock()`. */
   readonly signal: AbortSignal;
   /** Milliseconds the lease is still guaranteed to be ours (0 once unlocked or lost). */
@@ -82,17 +90,26 @@ export class LockService implements OnModuleDestroy {
 
   /**
    * Waits up to `timeout` for `key`; rejects with `LockTimeoutError` when it stays taken. The lease
-   * is renewed only with `autoExtend: true`: a lock nobody unlocks must still run out.
+   * is renewed only with `autoExtend: true`: a lock nobody unlocks must still run out. An array of
+   * keys is one lock on all of them, taken in one global order (no deadlock against callers naming
+   * them in another order); a wait that fails gives back the keys it had taken.
    */
-  async lock(key: string, options: LockOptions = {}): Promise<Lock> {
-    validateKey('key', key);
-    return this.engine.acquireOrThrow(this.call(key, options, false));
+  async lock(key: string | readonly string[], options: LockOptions = {}): Promise<Lock> {
+    const keys = validateKeys('key', key);
+    if (keys.length === 1) return this.engine.acquireOrThrow(this.call(keys[0], options, false));
+    return this.lockAll(keys, options);
   }
 
-  /** Exactly one attempt: the lock, or `null` when `key` is taken. */
-  async tryLock(key: string, options: LockOptions = {}): Promise<Lock | null> {
-    validateKey('key', key);
-    const call = this.call(key, options, false);
+  /** Exactly one attempt: the lock, or `null` when `key` (or one of several keys) is taken. */
+  async tryLock(key: string | readonly string[], options: LockOptions = {}): Promise<Lock | null> {
+    const keys = validateKeys('key', key);
+    if (keys.length > 1) {
+      return this.lockAll(keys, { ...options, timeout: 0 }).catch((error: unknown) => {
+        if (error instanceof LockTimeoutError) return null;
+        throw error;
+      });
+    }
+    const call = this.call(keys[0], options, false);
     const lock = await this.engine.acquire({ ...call, policy: { ...call.policy, timeout: 0 } });
     return lock instanceof HeldLease ? lock : null;
   }
@@ -106,10 +123,20 @@ export class LockService implements OnModuleDestroy {
    * Reentrant: inside a call chain that holds `key` through `withLock` (or `@WithLock`), `fn` joins
    * that lock; the lock is given back when the last holder of the chain is done.
    */
-  async withLock<T>(key: string, fn: (lock: Lock) => T | Promise<T>, options: LockOptions = {}): Promise<T> {
-    validateKey('key', key);
+  async withLock<T>(
+    key: string | readonly string[],
+    fn: (lock: Lock) => T | Promise<T>,
+    options: LockOptions = {},
+  ): Promise<T> {
+    const keys = validateKeys('key', key);
     validateRoutine(fn);
-    return this.engine.holdDuring(this.call(key, options, true), fn);
+    if (keys.length === 1) return this.engine.holdDuring(this.call(keys[0], options, true), fn);
+    const all = await this.enterAll(keys, options);
+    try {
+      return await all.run(() => fn(all.handle as Lock));
+    } finally {
+      await all.leave();
+    }
   }
 
   /**
@@ -117,9 +144,10 @@ export class LockService implements OnModuleDestroy {
    * what `withLock` and `@WithLock` are made of.
    * @internal
    */
-  async enter(key: string, options: LockOptions = {}): Promise<HoldTicket<HeldLease>> {
-    validateKey('key', key);
-    return this.engine.enter(this.call(key, options, true));
+  async enter(key: string | readonly string[], options: LockOptions = {}): Promise<HoldTicket<HeldLease>> {
+    const keys = validateKeys('key', key);
+    if (keys.length === 1) return this.engine.enter(this.call(keys[0], options, true));
+    return this.enterAll(keys, options);
   }
 
   /**
@@ -191,18 +219,85 @@ export class LockService implements OnModuleDestroy {
     return released;
   }
 
+  /**
+   * Several keys, taken one by one in the one global order (`inTakingOrder`), each waiting at most
+   * what is left of `timeout` while holding the earlier ones, all under one token; if one cannot be
+   * taken, the others are given back and its error is thrown.
+   */
+  private async lockAll(keys: readonly string[], options: LockOptions): Promise<LeaseSet> {
+    const call = this.call(keys[0], options, false);
+    for (const key of keys) this.refuseOwnTokenInOtherMode(key, call.request, call.policy.token);
+    const token = call.policy.token ?? createOwnerToken();
+    const start = performance.now();
+    const leases = await takeInOrder(
+      inTakingOrder(keys),
+      call.policy.timeout,
+      (id, timeLeft) =>
+        this.engine.acquireOrThrow({ ...call, id, policy: { ...call.policy, token, timeout: timeLeft } }),
+      (lease) => lease.releaseQuietly(),
+    );
+    return new LeaseSet(leases, elapsedSince(start, leases));
+  }
+
+  /**
+   * `lockAll` for a call chain (`withLock`, the decorators): a key the chain holds already is joined
+   * (a write inside a read of it still rejects at once), the others are taken.
+   */
+  private async enterAll(keys: readonly string[], options: LockOptions): Promise<HoldTicket<HeldLease>> {
+    const call = this.call(keys[0], options, true);
+    for (const key of keys) this.refuseOwnTokenInOtherMode(key, call.request, call.policy.token);
+    const token = call.policy.token ?? createOwnerToken();
+    const start = performance.now();
+    const tickets = await takeInOrder(
+      inTakingOrder(keys),
+      call.policy.timeout,
+      (id, timeLeft) => this.engine.enter({ ...call, id, policy: { ...call.policy, token, timeout: timeLeft } }),
+      (ticket) => ticket.leave(),
+    );
+    return ticketOfAll(
+      tickets,
+      elapsedSince(
+        start,
+        tickets.map((ticket) => ticket.lease),
+      ),
+    );
+  }
+
   /** The lease `key` asks for, its options checked and resolved; `scoped`: held by `withLock` or a decorator. */
   private call(key: string, options: LockOptions, scoped: boolean): HoldCall<LockMode> {
     const { defaults } = this.options;
     const policy = resolveAcquirePolicy('lock', defaults, options, this.engine.driftOf);
+    const mode = options.mode ?? 'write';
+    this.refuseOwnTokenInOtherMode(key, mode, policy.token);
     return {
       kind: lockKind,
       id: key,
-      request: options.mode ?? 'write',
+      request: mode,
       policy,
       keep: keepPolicy(scoped, options.autoExtend, defaults.autoExtend),
     };
   }
+
+  /**
+   * A caller's own `token` that holds `key` in this process in the other mode may not ask for it in
+   * this one: one token is one owner, and an attempt under it would count as "held already" or undo
+   * the other lease when it gives up. Refused at once (a write asked inside a read of one call chain
+   * is `LockUpgradeError` before this).
+   */
+  private refuseOwnTokenInOtherMode(key: string, mode: LockMode, token: string | undefined): void {
+    if (token === undefined) return;
+    const held = this.engine.leasesOf(lockKind, key, token).find((lease) => lease.mode !== mode);
+    if (held === undefined) return;
+    throw new InvalidArgumentError(
+      'token',
+      `it holds lock "${key}" to ${held.mode} in this process: one token is one owner, it cannot also ask to ${mode}`,
+    );
+  }
+}
+
+/** Whole ms spent waiting for several leases: exactly 0 when every one of them was free. */
+function elapsedSince(start: number, leases: readonly { elapsed: number }[]): number {
+  return leases.every((lease) => lease.elapsed === 0) ? 0 : Math.round(performance.now() - start);
 }
 
 /**

@@ -1,4 +1,5 @@
 import { validateRetryAfter } from '../http/http-options.js';
+import { InvalidArgumentError } from '../lock.errors.js';
 import { type LockOptions, validateCallOptions } from '../options/call-options.js';
 import { LockService } from '../lock.service.js';
 import { type GuardableMethod, type GuardDecorator, guardMethod } from './guarded-method.js';
@@ -28,6 +29,14 @@ export type KeyFunctionFits<MethodArgs extends unknown[], KeyArgs extends unknow
   ? unknown
   : { "the key function's parameters do not accept the method's": { method: MethodArgs; keyFunction: KeyArgs } };
 
+/** A template, or several (an empty list is refused when the class is defined). */
+function compileKeyTemplates(key: KeyTemplate | readonly KeyTemplate[]): (args: unknown[]) => string | string[] {
+  if (!Array.isArray(key)) return compileKeyTemplate(key as KeyTemplate);
+  if (key.length === 0) throw new InvalidArgumentError('key', 'must name at least one key template, got an empty array');
+  const keysOf = (key as readonly KeyTemplate[]).map(compileKeyTemplate);
+  return (args) => keysOf.map((keyOf) => keyOf(args));
+}
+
 /**
  * Runs the method under the lock `key`, on controller route handlers and provider methods alike.
  * `key` is a template of the method's arguments (`'order:{0}'`, `'order:{0.id}'`) or a function
@@ -47,8 +56,10 @@ export function WithLock<KeyArgs extends any[]>(
   options?: WithLockOptions,
 ): KeyedGuardDecorator<KeyArgs>;
 export function WithLock(key: KeyTemplate, options?: WithLockOptions): GuardDecorator;
-export function WithLock(key: KeyTemplate, options: WithLockOptions = {}): GuardDecorator {
-  const keyOf = compileKeyTemplate(key);
+/** Several keys, one lock: `@WithLock(['account:{0}', 'account:{1}'])` (see `LockService.lock` with keys). */
+export function WithLock(keys: readonly KeyTemplate[], options?: WithLockOptions): GuardDecorator;
+export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: WithLockOptions = {}): GuardDecorator {
+  const keyOf = compileKeyTemplates(key);
   // Misspelt options fail when the class is defined, not on the first call.
   validateCallOptions('lock', options, ['retryAfter']);
   const { retryAfter, ...lockOptions } = options;

@@ -16,6 +16,12 @@ export interface LeaseKind<Request = unknown> extends StoreKind<Request> {
    * elsewhere meanwhile: such waiters keep asking the store).
    */
   exclusive(request: Request): boolean;
+  /**
+   * Whether waiters asking `request` are let in together by one release (a lock's readers, behind a
+   * writer): they then stand in the store's own line, where it keeps one, rather than queue in this
+   * process one after another.
+   */
+  admittedTogether(request: Request): boolean;
   /** The lease as messages name it: `lock "order:42"`, `a permit of semaphore "reports"`. */
   describe(id: string): string;
   /** The subject of the sentence that says it was lost: `The lock "order:42"`. */

@@ -31,6 +31,7 @@ const NO_READ_LOCKS_ON_REDLOCK =
 export const lockKind: LeaseKind<LockMode> = {
   name: 'lock',
   exclusive: (mode) => mode !== 'read',
+  admittedTogether: (mode) => mode === 'read',
   describe: (key) => `lock "${key}"`,
   describeLost: (key) => `The lock "${key}"`,
   purposes: {
@@ -42,7 +43,11 @@ export const lockKind: LeaseKind<LockMode> = {
     inspect: (key) => `inspect lock "${key}"`,
     forceRelease: (key) => `force-release lock "${key}"`,
   },
-  admits: (holders, mode) => (mode === 'read' ? holders.every((held) => held === 'read') : holders.length === 0),
+  // A waiting writer holds back the readers that come after it (the memory store's line).
+  admits: (holders, mode, waiting = []) =>
+    mode === 'read'
+      ? holders.every((held) => held === 'read') && waiting.every((waiter) => waiter === 'read')
+      : holders.length === 0,
   joinRefusal: (held, asked, key) => (held === 'read' && asked === 'write' ? new LockUpgradeError(key) : undefined),
   timeoutError: (key, _mode, waited, timeout, refusal) => new LockTimeoutError(key, waited, timeout, refusal),
   redis: {

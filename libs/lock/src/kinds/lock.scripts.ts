@@ -212,10 +212,13 @@ if successor and successorFirst(successor, ARGV[6] == '1' and ARGV[8] ~= 'r') th
   local ms = handoverFor(successor, ARGV[2], ARGV[7])
   if ARGV[8] == 'r' then
     addReader(successor, nowMs, ms)
+    leaveLine(successor)
+    -- The readers of other processes right behind it in line come in with it.
+    serveLine(nowMs, tonumber(ARGV[2]), ARGV[3])
   else
     redis.call('SET', lease, successor, 'PX', ms)
+    leaveLine(successor)
   end
-  leaveLine(successor)
   -- Passed without a fence (PASSED_WITHOUT_FENCE): the caller tells its successor.
   return {released, -1}
 end

@@ -22,6 +22,7 @@ const NO_SEMAPHORES_ON_REDLOCK =
 export const semaphoreKind: LeaseKind<number> = {
   name: 'semaphore',
   exclusive: () => false,
+  admittedTogether: () => false,
   describe: (name) => `a permit of semaphore "${name}"`,
   describeLost: (name) => `A permit of semaphore "${name}"`,
   purposes: {

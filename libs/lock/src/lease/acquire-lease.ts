@@ -108,10 +108,16 @@ async function waitInLines<Request>(
   // Undoes an attempt whose answer was lost or is not wanted, or leaves the line (see `giveBack`).
   const release = () => store.giveBack(kind, id, token);
 
-  // The cohort (`fair: true`) queues in this process first; a single attempt (timeout 0) nowhere.
+  // The cohort (`fair: true`) queues in this process first; a single attempt (timeout 0) nowhere. A
+  // strict waiter, and a waiter that one release admits together with the others asking the same (a
+  // lock's readers), stand in the store's own line instead, where the store keeps one: queued here,
+  // readers would start one round trip after another.
+  const inStoreLine =
+    policy.timeout > 0 &&
+    (fair === 'strict' || (fair === true && store.keepsLine === true && kind.admittedTogether(request)));
   let leaveLocalLine: (() => void) | null = null;
   let queuedLocally = false;
-  if (fair === true && policy.timeout > 0) {
+  if (fair === true && !inStoreLine && policy.timeout > 0) {
     queuedLocally = lines.isBusy(line);
     leaveLocalLine = await lines.enter(line, start + policy.timeout, signal);
     if (leaveLocalLine === null) return { waited: performance.now() - start };
@@ -119,8 +125,7 @@ async function waitInLines<Request>(
   // Opened before the first attempt: a lease handed over while an attempt is on its way is kept.
   const turn = store.openTurn(kind, id, token);
   if (leaveLocalLine) lines.waitsOnStore(line, token, policy.ttl, request, start);
-  const leaveStoreLine =
-    fair === 'strict' && policy.timeout > 0 ? lines.standsInStoreLine(line, token, policy.ttl, request) : undefined;
+  const leaveStoreLine = inStoreLine ? lines.standsInStoreLine(line, token, policy.ttl, request) : undefined;
   try {
     // A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over.
     const liveness = 2 * (policy.maxStep + commandTimeout);

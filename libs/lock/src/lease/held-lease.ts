@@ -1,5 +1,5 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
-import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
+import { errorMessage, InvalidArgumentError, LockBackendError, LockLostError } from '../lock.errors.js';
 import { type LockMode, validateLeaseTtl } from '../options/call-options.js';
 import { driftMargin } from '../options/durations.js';
 import type { LockStore } from '../store/store.js';
@@ -119,6 +119,11 @@ export class HeldLease implements WatchedLease {
     return this.id;
   }
 
+  /** The keys of a lock (`Lock.keys`): its one key. */
+  get keys(): readonly string[] {
+    return [this.id];
+  }
+
   /** How a lock holds its key (`Lock.mode`): its request. */
   get mode(): LockMode {
     return this.request as LockMode;
@@ -145,7 +150,10 @@ export class HeldLease implements WatchedLease {
    * taken: a lease found gone is lost, its `signal` aborts) — at once, drawn before or not, once this
    * process knows it — with `LockBackendError` when the store cannot be reached (the next call tries again).
    */
-  fence(): Promise<number> {
+  fence(key?: string): Promise<number> {
+    if (key !== undefined && key !== this.id) {
+      return Promise.reject(new InvalidArgumentError('key', `"${key}" is not this lock's key`));
+    }
     if (this.state !== 'held') return Promise.reject(this.lostError ?? this.lossOf('released'));
     if (this.drawnFence !== undefined) return Promise.resolve(this.drawnFence);
     this.drawing ??= this.drawFence().finally(() => (this.drawing = undefined));

@@ -1,3 +1,4 @@
+import type { LockMode } from '../options/call-options.js';
 import type { HeldLease } from './held-lease.js';
 
 /**
@@ -15,6 +16,14 @@ export class LeaseShare {
     return this.lease.id;
   }
 
+  get keys(): readonly string[] {
+    return this.lease.keys;
+  }
+
+  get mode(): LockMode {
+    return this.lease.mode;
+  }
+
   get name(): string {
     return this.lease.id;
   }
@@ -27,8 +36,8 @@ export class LeaseShare {
     return this.lease.elapsed;
   }
 
-  fence(): Promise<number> {
-    return this.lease.fence();
+  fence(key?: string): Promise<number> {
+    return this.lease.fence(key);
   }
 
   get signal(): AbortSignal {

@@ -208,6 +208,16 @@ export function validateKey(argument: string, key: unknown): string {
   return key;
 }
 
+/**
+ * A key, or several (`lock(['account:1', 'account:2'])`): each checked as `validateKey` does, an
+ * empty array refused; several keys come back without repeats, in the order first given.
+ */
+export function validateKeys(argument: string, keys: unknown): string[] {
+  if (!Array.isArray(keys)) return [validateKey(argument, keys)];
+  if (keys.length === 0) throw new InvalidArgumentError(argument, 'must name at least one key, got an empty array');
+  return [...new Set(keys.map((key, i) => validateKey(`${argument}[${i}]`, key)))];
+}
+
 export function validateSignal(signal: unknown): AbortSignal | undefined {
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new InvalidArgumentError('signal', `must be an AbortSignal, got ${describe(signal)}`);

@@ -15,9 +15,11 @@ export interface StoreKind<Request = unknown> {
   readonly purposes: Readonly<Record<StoreOperation, (id: string) => string>>;
   /**
    * On the memory store: whether a caller asking `request` may hold the lease beside its live
-   * `holders` (what each of them asked for). A token that holds it already is always let in again.
+   * `holders` (what each of them asked for), while other callers that were refused still wait for it
+   * (`waiting`: what they asked for; a lock's waiting writer holds back readers). A token that holds
+   * it already is always let in again.
    */
-  admits(holders: readonly Request[], request: Request): boolean;
+  admits(holders: readonly Request[], request: Request, waiting?: readonly Request[]): boolean;
   /** On Redis: its keys and scripts. */
   readonly redis: RedisLayout<Request>;
   /**

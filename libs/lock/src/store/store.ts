@@ -96,6 +96,13 @@ export interface LockStore {
   readonly handoverLease: number;
 
   /**
+   * The store keeps the fair waiters' line itself, across processes (Redis): a waiter may stand in it
+   * without queuing in this process first. Where it does not (the memory store, Redlock), the
+   * waiters of this process queue here, in order of arrival.
+   */
+  readonly keepsLine?: boolean;
+
+  /**
    * The margin a holder takes off a lease of `ttl` ms for clock drift, when the store has its own
    * rule (Redlock's `driftFactor`); without it, `ttl × 0.01 + 2 ms`.
    */

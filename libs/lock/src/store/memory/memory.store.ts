@@ -1,6 +1,6 @@
 import { LockBackendError } from '../../lock.errors.js';
 import { LONGEST_DURATION } from '../../options/durations.js';
-import type { Attempt, Inspection, LockStore, LeaseExtension, Turn } from '../store.js';
+import type { Attempt, AttemptOptions, Inspection, LockStore, LeaseExtension, Turn } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
 /** One holder of a lease. */
@@ -31,6 +31,8 @@ export class MemoryStore implements LockStore {
   /** Holders by kind and id (`leaseKeyOf`). */
   private readonly leases = new Map<string, Holders>();
   private readonly sleepers = new Map<string, Set<() => void>>();
+  /** Callers refused that still wait, by lease and token: what they asked for, and until when they count. */
+  private readonly waiters = new Map<string, Map<string, { request: unknown; until: number }>>();
   private lastFence = 0;
   private closed = false;
 
@@ -40,20 +42,27 @@ export class MemoryStore implements LockStore {
     request: Request,
     token: string,
     ttl: number,
+    { liveness }: AttemptOptions,
   ): Promise<Attempt> {
     const holders = this.liveHolders(kind, id);
+    const lease = leaseKeyOf(kind, id);
     if (!holders.has(token)) {
       const others = [...holders.values()];
+      const waiting = this.waitingFor(lease, token);
       if (
         !kind.admits(
           others.map((holder) => holder.request as Request),
           request,
+          waiting as Request[],
         )
       ) {
+        // Refused: it waits, and holds back who its kind says (until it is granted, gives up, or stops attempting).
+        if (liveness > 0) this.waiterMap(lease).set(token, { request, until: performance.now() + liveness });
         const firstDeadline = Math.min(...others.map((holder) => holder.deadline));
-        return { granted: false, retryIn: firstDeadline - performance.now() };
+        return { granted: false, retryIn: others.length > 0 ? firstDeadline - performance.now() : 0 };
       }
     }
+    this.waiters.get(lease)?.delete(token);
     this.hold(kind, id, token, { request, deadline: performance.now() + ttl });
     return { granted: true, retryIn: 0 };
   }
@@ -83,6 +92,11 @@ export class MemoryStore implements LockStore {
   }
 
   async release(kind: StoreKind, id: string, token: string): Promise<boolean> {
+    const lease = leaseKeyOf(kind, id);
+    if (this.waiters.get(lease)?.delete(token) && this.sleepers.has(lease)) {
+      // A waiter that held others back gave up: they may go in now.
+      for (const wake of [...this.sleepers.get(lease)!]) wake();
+    }
     if (!this.liveHolders(kind, id).has(token)) return false;
     this.free(kind, id, token);
     return true;
@@ -135,9 +149,31 @@ export class MemoryStore implements LockStore {
 
   async close(): Promise<void> {
     this.closed = true;
+    this.waiters.clear();
     for (const holders of this.leases.values()) for (const holder of holders.values()) clearTimeout(holder.expiry);
     this.leases.clear();
     for (const sleepers of this.sleepers.values()) for (const wake of [...sleepers]) wake();
+  }
+
+  /** What the callers still waiting for `lease` asked for, but `token`'s (expired waits dropped). */
+  private waitingFor(lease: string, token: string): unknown[] {
+    const waiting = this.waiters.get(lease);
+    if (waiting === undefined) return [];
+    const now = performance.now();
+    const requests: unknown[] = [];
+    for (const [waiter, { request, until }] of waiting) {
+      if (until <= now) waiting.delete(waiter);
+      else if (waiter !== token) requests.push(request);
+    }
+    if (waiting.size === 0) this.waiters.delete(lease);
+    return requests;
+  }
+
+  private waiterMap(lease: string): Map<string, { request: unknown; until: number }> {
+    let waiting = this.waiters.get(lease);
+    if (waiting === undefined)
+      this.waiters.set(lease, (waiting = new Map<string, { request: unknown; until: number }>()));
+    return waiting;
   }
 
   /** Resolves with 0 when `lease` is woken or after `ms`; rejects with the signal's reason on abort. */

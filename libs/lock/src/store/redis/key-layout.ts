@@ -35,3 +35,23 @@ function digestOf(id: string): string {
 export function toMillis(ttl: number): number {
   return Math.ceil(ttl);
 }
+
+/**
+ * The Redis Cluster hash slot of every Redis key of the lease `id` (CRC16 of its hash tag, modulo
+ * 16384): the order in which several keys are taken goes by it first, so that the keys of one slot
+ * come together.
+ */
+export function slotOf(id: string): number {
+  const tagged = hashTagged(id);
+  return crc16(Buffer.from(tagged.slice(1, tagged.indexOf('}')))) % 16_384;
+}
+
+/** CRC16-CCITT (XMODEM), the checksum Redis Cluster hashes keys with. */
+function crc16(bytes: Buffer): number {
+  let crc = 0;
+  for (const byte of bytes) {
+    crc ^= byte << 8;
+    for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  }
+  return crc;
+}

@@ -44,6 +44,7 @@ export class RedisStore implements LockStore {
    * waiter that is gone meanwhile returns to the line soon. Whole ms: it goes to PX.
    */
   readonly handoverLease: number;
+  readonly keepsLine = true;
 
   constructor(
     private readonly client: Redis | Cluster,

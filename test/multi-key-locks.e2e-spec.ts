@@ -1,0 +1,229 @@
+import { describe, expect, it } from '@jest/globals';
+import { Injectable } from '@nestjs/common';
+import { InvalidArgumentError, type Lock, LockTimeoutError, LockUpgradeError, WithLock } from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
+import { inTakingOrder } from '../libs/lock/src/lease/lease-set.js';
+import { closeLockApp, createLockApp, STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
+import { useRedisClient, useRedisServer } from './support/redis-server.js';
+import { runWorkers } from './support/workers.js';
+
+/** Moves money between accounts: each transfer holds both accounts, whichever order they are named in. */
+@Injectable()
+class Ledger {
+  readonly balances = new Map<string, number>();
+  inside = 0;
+  overlaps = 0;
+
+  @WithLock(['account:{0}', 'account:{1}'], { timeout: 20_000 })
+  async transfer(from: string, to: string, amount: number): Promise<void> {
+    if (++this.inside > 1) this.overlaps++;
+    const [a, b] = [this.balances.get(from) ?? 0, this.balances.get(to) ?? 0];
+    await delay(1);
+    this.balances.set(from, a - amount);
+    this.balances.set(to, b + amount);
+    this.inside--;
+  }
+}
+
+describe.each(STORE_KINDS)('locks on several keys on the %s store', (kind) => {
+  // Two applications: on Redis two owners as far as Redis can tell (two processes); on memory one.
+  const apps = useLockApps(kind, 2);
+  const [a, b] = [() => apps()[0].locks, () => apps()[1].locks];
+
+  it('takes every key at once, without repeats, in the one global order, and frees them all', async () => {
+    const [k1, k2, k3] = [uniqueKey('multi-1'), uniqueKey('multi-2'), uniqueKey('multi-3')];
+    const lock = await a().lock([k3, k1, k3, k2]);
+
+    expect(lock.keys).toEqual(inTakingOrder([k1, k2, k3]));
+    expect(lock.key).toBe(lock.keys[0]);
+    for (const key of [k1, k2, k3]) expect(await a().isLocked(key)).toBe(true);
+    expect(await b().tryLock([k2, uniqueKey('free')])).toBeNull();
+    expect(await a().expire(k2, lock.token, 5_000)).toBe(true); // one token for every key
+    expect(lock.validity).toBeGreaterThan(0);
+
+    expect(await lock.unlock()).toBe(true);
+    for (const key of [k1, k2, k3]) expect(await a().isLocked(key)).toBe(false);
+    expect(await lock.unlock()).toBe(false);
+    const single = await a().lock([k1]);
+    expect(single.keys).toEqual([k1]);
+    await single.unlock();
+  });
+
+  it('refuses an empty list, or a bad key in it, before the store is touched', async () => {
+    await expect(a().lock([])).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(a().withLock([], () => 1)).rejects.toThrow(/at least one key/);
+    const bad = await a()
+      .lock([uniqueKey('good'), ''])
+      .catch((error: unknown) => error);
+    expect(bad).toBeInstanceOf(InvalidArgumentError);
+    expect(bad).toMatchObject({ argument: 'key[1]' });
+    await expect(a().tryLock(['x', 42 as never])).rejects.toBeInstanceOf(InvalidArgumentError);
+  });
+
+  it('gives back every key it had taken when the wait for the next ends: timeout, abort', async () => {
+    const [k1, k2] = inTakingOrder([uniqueKey('back-1'), uniqueKey('back-2')]);
+    const holder = await b().lock(k2);
+
+    const timedOut = await a()
+      .lock([k1, k2], { timeout: 200 })
+      .catch((error: unknown) => error);
+    expect(timedOut).toBeInstanceOf(LockTimeoutError);
+    expect(timedOut).toMatchObject({ key: k2 });
+    expect(await a().isLocked(k1)).toBe(false);
+
+    const aborting = new AbortController();
+    const aborted = a().lock([k1, k2], { signal: aborting.signal, timeout: 5_000 });
+    await delay(100);
+    expect(await a().isLocked(k1)).toBe(true); // taken, waiting for k2
+    aborting.abort(new Error('user gave up'));
+    await expect(aborted).rejects.toThrow('user gave up');
+    expect(await a().isLocked(k1)).toBe(false);
+
+    expect(await a().tryLock([k1, k2])).toBeNull();
+    expect(await a().isLocked(k1)).toBe(false);
+    await holder.unlock();
+  });
+
+  it('never deadlocks when callers name the same keys in opposite orders', async () => {
+    const [k1, k2] = [uniqueKey('opposite-1'), uniqueKey('opposite-2')];
+    let inside = 0;
+    let overlaps = 0;
+    let sections = 0;
+    const section = async () => {
+      if (++inside > 1) overlaps++;
+      await delay(1);
+      inside--;
+      sections++;
+    };
+    const loop = async (locks: typeof a, keys: string[]) => {
+      for (let i = 0; i < 40; i++) await locks().withLock(keys, section, { timeout: 5_000 });
+    };
+
+    await Promise.all([loop(a, [k1, k2]), loop(b, [k2, k1]), loop(a, [k2, k1]), loop(b, [k1, k2])]);
+
+    expect(sections).toBe(160);
+    expect(overlaps).toBe(0);
+  });
+
+  it('deadlocks when the keys are taken one by one in the order given (the control for the test above)', async () => {
+    const [k1, k2] = [uniqueKey('naive-1'), uniqueKey('naive-2')];
+    const naive = (locks: typeof a, first: string, second: string) =>
+      locks().withLock(first, () => delay(50).then(() => locks().withLock(second, () => 'done', { timeout: 500 })));
+
+    const outcomes = await Promise.allSettled([naive(a, k1, k2), naive(b, k2, k1)]);
+
+    expect(outcomes.some((outcome) => outcome.status === 'rejected')).toBe(true);
+  });
+
+  it('in a call chain that holds one of the keys, takes only the others; the held one stays held after', async () => {
+    const [k1, k2] = [uniqueKey('chain-1'), uniqueKey('chain-2')];
+    await a().withLock(k1, async (outer) => {
+      const inner = await a().withLock([k2, k1], async (lock: Lock) => {
+        expect(await b().tryLock(k2)).toBeNull();
+        return { keys: lock.keys };
+      });
+      expect(inner.keys).toEqual(inTakingOrder([k1, k2]));
+      expect(await a().isLocked(k2)).toBe(false); // given back
+      expect(await a().isLocked(k1)).toBe(true); // still the outer holder's
+      expect(outer.validity).toBeGreaterThan(0);
+    });
+    expect(await a().isLocked(k1)).toBe(false);
+
+    // A write of several keys inside a read of one of them: an upgrade, refused at once.
+    const upgrade = a().withLock(k1, () => a().withLock([k1, k2], () => 'never'), { mode: 'read' });
+    await expect(upgrade).rejects.toBeInstanceOf(LockUpgradeError);
+    expect(await a().isLocked(k2)).toBe(false);
+  });
+
+  it("aborts the lock's signal when any of its keys is lost, and draws each key's own fence", async () => {
+    const [k1, k2] = [uniqueKey('lost-1'), uniqueKey('lost-2')];
+    const lock = await a().lock([k1, k2]);
+    const fences = [await lock.fence(k1), await lock.fence(k2), await lock.fence()];
+    expect(fences[2]).toBe(await lock.fence(lock.keys[0]));
+    await expect(lock.fence(uniqueKey('other'))).rejects.toBeInstanceOf(InvalidArgumentError);
+
+    expect(lock.signal.aborted).toBe(false);
+    expect(await a().forceUnlock(k2)).toBe(true);
+    expect(lock.signal.aborted).toBe(true);
+    expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST', key: k2 });
+    expect(await lock.unlock()).toBe(false); // k2 was not ours any more
+    expect(await a().isLocked(k1)).toBe(false);
+  });
+
+  it('read-locks several keys at once beside other readers', async () => {
+    const [k1, k2] = [uniqueKey('read-many-1'), uniqueKey('read-many-2')];
+    const first = await a().lock([k1, k2], { mode: 'read' });
+    const second = await b().lock([k2, k1], { mode: 'read' });
+
+    expect([first.mode, second.mode]).toEqual(['read', 'read']);
+    expect(await a().inspect(k1)).toMatchObject({ mode: 'read', readers: 2 });
+    expect(await b().tryLock([k1])).toBeNull();
+    await Promise.all([first.unlock(), second.unlock()]);
+  });
+});
+
+describe.each(STORE_KINDS)('@WithLock on several keys on the %s store', (kind) => {
+  it('moves money in both directions at once without a deadlock or a lost update', async () => {
+    const app = await createLockApp(kind, {}, [Ledger]);
+    try {
+      const ledger = app.module.get(Ledger);
+      const [x, y] = [uniqueKey('acct-x'), uniqueKey('acct-y')];
+      const transfers = Array.from({ length: 30 }, (_, i) =>
+        i % 2 === 0 ? ledger.transfer(x, y, 1) : ledger.transfer(y, x, 2),
+      );
+      await Promise.all(transfers);
+
+      expect(ledger.overlaps).toBe(0);
+      expect(ledger.balances.get(x)).toBe(-15 + 30);
+      expect(ledger.balances.get(y)).toBe(15 - 30);
+      await expect(ledger.transfer(x, undefined as never, 1)).rejects.toBeInstanceOf(InvalidArgumentError);
+    } finally {
+      await closeLockApp(app);
+    }
+  });
+
+  it('refuses an empty list of key templates when the class is defined', () => {
+    expect(() => WithLock([])).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('locks on several keys across processes on Redis', () => {
+  const server = useRedisServer();
+  const redis = useRedisClient(server);
+  const PROCESSES = 4;
+  const WORKERS = 6;
+  const TRANSFERS = 40;
+  const ACCOUNTS = 5;
+
+  /** Every process moves money between random pairs of accounts, naming each pair in a random order. */
+  async function runTransfers(mode: 'lock' | 'none') {
+    const prefix = uniqueKey(`transfers-${mode}`);
+    const reports = await runWorkers<{ done: number }>('transfers', PROCESSES, [
+      server().url,
+      prefix,
+      PROCESSES,
+      WORKERS,
+      TRANSFERS,
+      ACCOUNTS,
+      mode,
+    ]);
+    const balances = await Promise.all(
+      Array.from({ length: ACCOUNTS }, async (_, i) => Number(await redis().get(`${prefix}:account:${i}`))),
+    );
+    return { done: reports.reduce((sum, report) => sum + report.done, 0), total: balances.reduce((a, b) => a + b, 0) };
+  }
+
+  it('loses and makes no money: every transfer holds both accounts, in whichever order it named them', async () => {
+    const { done, total } = await runTransfers('lock');
+
+    expect(done).toBe(PROCESSES * WORKERS * TRANSFERS); // none timed out: no deadlock
+    expect(total).toBe(0);
+  }, 120_000);
+
+  it('loses or makes money without the lock (the control that shows the check can fail)', async () => {
+    const { done, total } = await runTransfers('none');
+
+    expect(done).toBe(PROCESSES * WORKERS * TRANSFERS);
+    expect(total).not.toBe(0);
+  }, 120_000);
+});
