@@ -225,15 +225,12 @@ export class LockService implements OnModuleDestroy {
    * taken, the others are given back and its error is thrown.
    */
   private async lockAll(keys: readonly string[], options: LockOptions): Promise<LeaseSet> {
-    const call = this.call(keys[0], options, false);
-    for (const key of keys) this.refuseOwnTokenInOtherMode(key, call.request, call.policy.token);
-    const token = call.policy.token ?? createOwnerToken();
+    const { ordered, timeout, callFor } = this.callsFor(keys, options, false);
     const start = performance.now();
     const leases = await takeInOrder(
-      inTakingOrder(keys),
-      call.policy.timeout,
-      (id, timeLeft) =>
-        this.engine.acquireOrThrow({ ...call, id, policy: { ...call.policy, token, timeout: timeLeft } }),
+      ordered,
+      timeout,
+      (id, timeLeft) => this.engine.acquireOrThrow(callFor(id, timeLeft)),
       (lease) => lease.releaseQuietly(),
     );
     return new LeaseSet(leases, elapsedSince(start, leases));
@@ -244,14 +241,12 @@ export class LockService implements OnModuleDestroy {
    * (a write inside a read of it still rejects at once), the others are taken.
    */
   private async enterAll(keys: readonly string[], options: LockOptions): Promise<HoldTicket<HeldLease>> {
-    const call = this.call(keys[0], options, true);
-    for (const key of keys) this.refuseOwnTokenInOtherMode(key, call.request, call.policy.token);
-    const token = call.policy.token ?? createOwnerToken();
+    const { ordered, timeout, callFor } = this.callsFor(keys, options, true);
     const start = performance.now();
     const tickets = await takeInOrder(
-      inTakingOrder(keys),
-      call.policy.timeout,
-      (id, timeLeft) => this.engine.enter({ ...call, id, policy: { ...call.policy, token, timeout: timeLeft } }),
+      ordered,
+      timeout,
+      (id, timeLeft) => this.engine.enter(callFor(id, timeLeft)),
       (ticket) => ticket.leave(),
     );
     return ticketOfAll(
@@ -261,6 +256,22 @@ export class LockService implements OnModuleDestroy {
         tickets.map((ticket) => ticket.lease),
       ),
     );
+  }
+
+  /** The keys in the order they are taken, and the call of each: the options checked once, one token for all. */
+  private callsFor(keys: readonly string[], options: LockOptions, scoped: boolean) {
+    const call = this.call(keys[0], options, scoped);
+    for (const key of keys.slice(1)) this.refuseOwnTokenInOtherMode(key, call.request, call.policy.token);
+    const token = call.policy.token ?? createOwnerToken();
+    return {
+      ordered: inTakingOrder(keys),
+      timeout: call.policy.timeout,
+      callFor: (id: string, timeLeft: number): HoldCall<LockMode> => ({
+        ...call,
+        id,
+        policy: { ...call.policy, token, timeout: timeLeft },
+      }),
+    };
   }
 
   /** The lease `key` asks for, its options checked and resolved; `scoped`: held by `withLock` or a decorator. */
