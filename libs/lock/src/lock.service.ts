@@ -225,14 +225,19 @@ export class LockService implements OnModuleDestroy {
    * taken, the others are given back and its error is thrown.
    */
   private async lockAll(keys: readonly string[], options: LockOptions): Promise<LeaseSet> {
-    const { ordered, timeout, callFor } = this.callsFor(keys, options, false);
+    const { ordered, timeout, callFor, keep } = this.callsFor(keys, options, false);
     const start = performance.now();
+    // The keys taken first are renewed while the next ones are waited for (a wait may outlast their
+    // ttl), then kept as the caller asked.
+    const renewed = { autoExtend: true, reportLoss: keep.reportLoss };
     const leases = await takeInOrder(
       ordered,
       timeout,
-      (id, timeLeft) => this.engine.acquireOrThrow(callFor(id, timeLeft)),
+      (id, timeLeft) => this.engine.acquireOrThrow({ ...callFor(id, timeLeft), keep: renewed }),
       (lease) => lease.releaseQuietly(),
     );
+    for (const lease of leases) lease.policy = keep;
+    await giveBackIfAnyLost(leases, (lease) => lease.releaseQuietly());
     return new LeaseSet(leases, elapsedSince(start, leases));
   }
 
@@ -242,6 +247,8 @@ export class LockService implements OnModuleDestroy {
    */
   private async enterAll(keys: readonly string[], options: LockOptions): Promise<HoldTicket<HeldLease>> {
     const { ordered, timeout, callFor } = this.callsFor(keys, options, true);
+    // An upgrade of any of them is refused before anything is waited for.
+    for (const id of ordered) this.engine.refuseUnjoinable(callFor(id, timeout));
     const start = performance.now();
     const tickets = await takeInOrder(
       ordered,
@@ -249,13 +256,13 @@ export class LockService implements OnModuleDestroy {
       (id, timeLeft) => this.engine.enter(callFor(id, timeLeft)),
       (ticket) => ticket.leave(),
     );
-    return ticketOfAll(
+    await giveBackIfAnyLost(
       tickets,
-      elapsedSince(
-        start,
-        tickets.map((ticket) => ticket.lease),
-      ),
+      (ticket) => ticket.leave(),
+      (ticket) => ticket.lease,
     );
+    const leases = tickets.map((ticket) => ticket.lease);
+    return ticketOfAll(tickets, elapsedSince(start, leases));
   }
 
   /** The keys in the order they are taken, and the call of each: the options checked once, one token for all. */
@@ -266,6 +273,7 @@ export class LockService implements OnModuleDestroy {
     return {
       ordered: inTakingOrder(keys),
       timeout: call.policy.timeout,
+      keep: call.keep,
       callFor: (id: string, timeLeft: number): HoldCall<LockMode> => ({
         ...call,
         id,
@@ -304,6 +312,21 @@ export class LockService implements OnModuleDestroy {
       `it holds lock "${key}" to ${held.mode} in this process: one token is one owner, it cannot also ask to ${mode}`,
     );
   }
+}
+
+/**
+ * All of several keys or none: when one of the leases taken was lost meanwhile (its lease ran out
+ * while a later key was waited for, a renewal failed), every one is given back and that loss thrown.
+ */
+async function giveBackIfAnyLost<T>(
+  taken: readonly T[],
+  giveBack: (each: T) => Promise<void>,
+  leaseOf: (each: T) => { readonly signal: AbortSignal } = (each) => each as { readonly signal: AbortSignal },
+): Promise<void> {
+  const lost = taken.find((each) => leaseOf(each).signal.aborted);
+  if (lost === undefined) return;
+  await Promise.all(taken.map(giveBack));
+  throw leaseOf(lost).signal.reason;
 }
 
 /** Whole ms spent waiting for several leases: exactly 0 when every one of them was free. */

@@ -2,7 +2,8 @@
 // transfers of 1 between two of `accounts` accounts picked at random (in a random order), holding both
 // under one lock on the two keys (`lock`) or (control, `none`) under nothing. A transfer reads both
 // balances, awaits ~1 ms and writes both back: an overlap with another transfer of either account
-// loses money or makes it, which the sum of the balances shows.
+// loses an update, which shows as a balance other than the net of the transfers made to and from it
+// (each process reports its own net per account).
 //
 // usage: node transfers.mjs <redisUrl> <prefix> <processes> <workers> <transfers> <accounts> <lock|none>
 import { setTimeout as delay } from 'node:timers/promises';
@@ -20,6 +21,7 @@ async function transfer(from, to) {
 
 await startTogether(redis, `${prefix}:ready`, Number(processes));
 let done = 0;
+const net = Array.from({ length: Number(accounts) }, () => 0);
 await Promise.all(
   Array.from({ length: Number(workers) }, async () => {
     for (let i = 0; i < Number(transfers); i++) {
@@ -28,10 +30,12 @@ await Promise.all(
       const keys = [account(from), account(to)];
       if (mode === 'lock') await locks.withLock(keys, () => transfer(...keys), { timeout: 60_000 });
       else await transfer(...keys);
+      net[from]--;
+      net[to]++;
       done++;
     }
   }),
 );
 
 await close();
-process.stdout.write(JSON.stringify({ done }));
+process.stdout.write(JSON.stringify({ done, net }));

@@ -125,6 +125,12 @@ export async function holdDuring<L extends ChainLease, H, T>(
   }
 }
 
+/** The lease this call chain holds on `entry` and may still share (neither released nor lost), if any. */
+export function heldByChain(entry: HoldEntry): ChainLease | undefined {
+  const held = holdsOfChain.getStore()?.get(keyOf(entry));
+  return held?.open ? held.lease : undefined;
+}
+
 /** The lease of `kind` on `id` (or with no `id` the innermost one) that this chain holds, lost or not. */
 export function leaseOfChain(kind: string, id?: string): ChainLease | undefined {
   const holds = holdsOfChain.getStore();

@@ -3,7 +3,7 @@ import type { LockStore } from '../store/store.js';
 import type { LockTelemetry } from '../telemetry/telemetry.js';
 import { acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
 import { driftOf, HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
-import { enterHold, holdDuring, type HoldTicket } from './lease-chain.js';
+import { enterHold, heldByChain, holdDuring, type HoldTicket } from './lease-chain.js';
 import { LocalLines } from './local-line.js';
 import { ReleaseRetries } from './release-retries.js';
 import type { Watchdog } from './watchdog.js';
@@ -76,6 +76,15 @@ export class LeaseEngine implements LeaseKeeping {
   close(): void {
     this.watchdog.close();
     this.releases.close();
+  }
+
+  /**
+   * Throws at once when the call chain holds the lease of `call` and the call may not join it (an
+   * upgrade): for a call on several keys, before any of them is waited for.
+   */
+  refuseUnjoinable<Request>(call: HoldCall<Request>): void {
+    const held = heldByChain(this.entryOf(call));
+    if (held instanceof HeldLease) this.mayJoin(call)(held);
   }
 
   /** Refuses to join a lease of the chain that the call may not share (the kind says: an upgrade). */

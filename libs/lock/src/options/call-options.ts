@@ -215,7 +215,8 @@ export function validateKey(argument: string, key: unknown): string {
 export function validateKeys(argument: string, keys: unknown): string[] {
   if (!Array.isArray(keys)) return [validateKey(argument, keys)];
   if (keys.length === 0) throw new InvalidArgumentError(argument, 'must name at least one key, got an empty array');
-  return [...new Set(keys.map((key, i) => validateKey(`${argument}[${i}]`, key)))];
+  // Array.from: a hole in a sparse array is checked too (map would skip it).
+  return [...new Set(Array.from(keys as unknown[], (key, i) => validateKey(`${argument}[${i}]`, key)))];
 }
 
 export function validateSignal(signal: unknown): AbortSignal | undefined {
