@@ -1,5 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
+import { LockBackendError, LockStore } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
+import { lockKind } from './support/kinds.js';
 import { uniqueKey, useLockApp } from './support/lock-app.js';
 import { lockKeyOf } from './support/redis-keys.js';
 import { useRedisClient } from './support/redis-server.js';
@@ -66,5 +68,34 @@ describe('a one-command acquire sent to a frozen server with an empty script cac
   it('tryLock() that fails leaves no lock behind', async () => {
     const result = await frozenWithColdScripts((key) => locks().tryLock(key, { ttl: 30_000 }));
     expect(result).toEqual({ outcome: 'LockBackendError', leftOnRedis: null, isLocked: false });
+  });
+});
+
+/*
+ * A script answered NOSCRIPT after its caller gave up (its deadline passed, or its signal aborted) is
+ * not sent again (it would come after the caller's next commands): it did not run, nothing was
+ * applied, and trying again later will send it anew. Seen in the Cluster failover test: a command
+ * slowed by the failover met the promoted replica's empty script cache after its deadline, and the
+ * caller was told BACKEND_ERROR ("retrying cannot fix it"), not BACKEND_UNAVAILABLE.
+ */
+describe('a script the server no longer knows, answered after its caller gave up', () => {
+  const app = useLockApp('redis', { commandTimeout: COMMAND_TIMEOUT });
+  const redis = useRedisClient(() => app().server!);
+
+  it('is a transient failure (BACKEND_UNAVAILABLE): it did not run, and a later attempt sends it anew', async () => {
+    const store = app().module.get<LockStore>(LockStore);
+    const key = uniqueKey('noscript-late');
+    await redis().script('FLUSH');
+    const gaveUp = AbortSignal.abort(new Error('the caller gave up'));
+    const options = { fair: true, liveness: 1_000, inLine: false, signal: gaveUp };
+
+    const error = await store
+      .acquire(lockKind, key, 'write', 'late', 10_000, options)
+      .catch((failure: unknown) => failure);
+
+    expect(error).toBeInstanceOf(LockBackendError);
+    expect(error).toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+    expect((error as LockBackendError).transient).toBe(true);
+    expect(await redis().exists(lockKeyOf(key))).toBe(0);
   });
 });

@@ -2,10 +2,12 @@ import { errorMessage, LockBackendError } from '../../lock.errors.js';
 
 /**
  * Reply errors that pass by themselves (a failover, a load, a busy script, memory pressure):
- * retried like an outage. Any other reply error (`WRONGTYPE`, `NOPERM`, a script error) would only
- * be answered again, so it is raised at once as `BACKEND_ERROR`.
+ * retried like an outage. `NOSCRIPT` reaches a caller only when its script was not sent again (the
+ * caller had given up on it): it did not run, and the next attempt sends it anew. Any other reply
+ * error (`WRONGTYPE`, `NOPERM`, a script error) would only be answered again, so it is raised at
+ * once as `BACKEND_ERROR`.
  */
-const TRANSIENT_REPLY = /^(READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|BUSY|OOM|NOREPLICAS|MISCONF)\b/;
+const TRANSIENT_REPLY = /^(READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|BUSY|OOM|NOREPLICAS|MISCONF|NOSCRIPT)\b/;
 
 /**
  * The command did not answer within `commandTimeout`. `purpose`: what it was for, in the words of the
