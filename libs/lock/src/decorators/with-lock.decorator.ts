@@ -32,7 +32,8 @@ export type KeyFunctionFits<MethodArgs extends unknown[], KeyArgs extends unknow
 /** A template, or several (an empty list is refused when the class is defined). */
 function compileKeyTemplates(key: KeyTemplate | readonly KeyTemplate[]): (args: unknown[]) => string | string[] {
   if (!Array.isArray(key)) return compileKeyTemplate(key as KeyTemplate);
-  if (key.length === 0) throw new InvalidArgumentError('key', 'must name at least one key template, got an empty array');
+  if (key.length === 0)
+    throw new InvalidArgumentError('key', 'must name at least one key template, got an empty array');
   const keysOf = (key as readonly KeyTemplate[]).map(compileKeyTemplate);
   return (args) => keysOf.map((keyOf) => keyOf(args));
 }
