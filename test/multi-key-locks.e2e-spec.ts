@@ -1,6 +1,14 @@
 import { describe, expect, it } from '@jest/globals';
 import { Injectable } from '@nestjs/common';
-import { InvalidArgumentError, type Lock, LockTimeoutError, LockUpgradeError, WithLock } from 'nest-lock';
+import {
+  InvalidArgumentError,
+  type Lock,
+  LockLostError,
+  LockTimeoutError,
+  LockUpgradeError,
+  WithLock,
+} from 'nest-lock';
+import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
 import { inTakingOrder } from '../libs/lock/src/lease/lease-set.js';
 import { closeLockApp, createLockApp, STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
@@ -100,6 +108,25 @@ describe.each(STORE_KINDS)('locks on several keys on the %s store', (kind) => {
     expect(lock.validity).toBeGreaterThan(0);
     expect(await b().tryLock(k1)).toBeNull();
     expect(await lock.unlock()).toBe(true);
+  });
+
+  it('gives every key back and rejects when a key it took was lost while it waited for the next', async () => {
+    const [k1, k2] = inTakingOrder([uniqueKey('lost-while-waiting-1'), uniqueKey('lost-while-waiting-2')]);
+    const holder = await b().lock(k2);
+    const waiting = a()
+      .lock([k1, k2], { ttl: 300, timeout: 5_000 })
+      .catch((error: unknown) => error);
+    await delay(100);
+    expect(await b().forceUnlock(k1)).toBe(true); // an operator frees k1 while k2 is waited for
+    const thief = await b().lock(k1, { timeout: 1_000 });
+    await delay(300); // the waiter's renewal of k1 finds it gone
+    await holder.unlock();
+
+    const outcome = await waiting;
+    expect(outcome).toBeInstanceOf(LockLostError);
+    expect(outcome).toMatchObject({ key: k1 });
+    expect(await a().isLocked(k2)).toBe(false); // k2, taken last, was given back
+    expect(await thief.unlock()).toBe(true); // and k1 stayed the other owner's
   });
 
   // Found by the outside review: the upgrade was seen only when its key's turn came, after waiting for
@@ -226,6 +253,71 @@ describe.each(STORE_KINDS)('@WithLock on several keys on the %s store', (kind) =
 
   it('refuses an empty list of key templates when the class is defined', () => {
     expect(() => WithLock([])).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('locks on several free keys on one Redis', () => {
+  const apps = useLockApps('redis', 2);
+  const [a, b] = [() => apps()[0].locks, () => apps()[1].locks];
+
+  /** Every command the server runs meanwhile on `keys` (Lua's own marked `lua:`), by MONITOR. */
+  async function commandsOn(keys: string[], during: () => Promise<unknown>): Promise<string[]> {
+    const client = new Redis(apps()[0].server!.url);
+    const monitor = await client.monitor(); // a connection of its own
+    const seen: string[] = [];
+    monitor.on('monitor', (_time: string, args: string[], source: string) => {
+      if (keys.some((key) => args.some((arg) => arg === `lock:{${key}}`))) {
+        seen.push(`${source === 'lua' ? 'lua:' : ''}${args[0].toLowerCase()}`);
+      }
+    });
+    try {
+      await during();
+      await delay(50); // MONITOR's last lines
+      return seen;
+    } finally {
+      monitor.disconnect();
+      client.disconnect();
+    }
+  }
+
+  /** What the first command's script wrote (the one step): the `lua:` commands before the next command. */
+  function writtenByFirstStep(commands: string[]): string[] {
+    expect(commands[0]).toBe('evalsha');
+    const next = commands.findIndex((name, i) => i > 0 && !name.startsWith('lua:'));
+    return commands.slice(1, next === -1 ? undefined : next).filter((name) => name === 'lua:set');
+  }
+
+  it('takes them all in one command when all are free', async () => {
+    await (await a().lock([uniqueKey('warm-1'), uniqueKey('warm-2')])).unlock(); // the script is cached
+    const keys = [uniqueKey('one-step-1'), uniqueKey('one-step-2'), uniqueKey('one-step-3')];
+    let lock: Lock | undefined;
+    const commands = await commandsOn(keys, async () => (lock = await a().lock(keys)));
+
+    expect(commands.filter((name) => !name.startsWith('lua:'))).toEqual(['evalsha']);
+    expect(writtenByFirstStep(commands)).toHaveLength(3);
+    for (const key of keys) expect(await b().isLocked(key)).toBe(true);
+    expect(await lock!.unlock()).toBe(true);
+  });
+
+  it('takes none of them in that command when one is held, or has waiters in line', async () => {
+    const [k1, k2, k3] = inTakingOrder([uniqueKey('none-1'), uniqueKey('none-2'), uniqueKey('none-3')]);
+    const holder = await b().lock(k2);
+    const held = await commandsOn([k1, k2, k3], async () => expect(await a().tryLock([k1, k2, k3])).toBeNull());
+    expect(writtenByFirstStep(held)).toEqual([]);
+    // Then k1 was taken alone, k2 refused, and k1 given back.
+    expect(await a().isLocked(k1)).toBe(false);
+    expect(await a().isLocked(k3)).toBe(false);
+
+    // A key free while a waiter stands in its line (its holder's lease vanished): not taken by the step.
+    const waiter = b().lock(k2, { fair: 'strict', timeout: 5_000 });
+    await delay(100);
+    const plain = new Redis(apps()[0].server!.url);
+    await plain.del(`lock:{${k2}}`);
+    plain.disconnect();
+    const lined = await commandsOn([k1, k2, k3], async () => (await a().tryLock([k1, k2, k3]))?.unlock());
+    expect(writtenByFirstStep(lined)).toEqual([]);
+    await (await waiter).unlock();
+    await holder.unlock();
   });
 });
 

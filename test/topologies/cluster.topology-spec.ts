@@ -5,7 +5,8 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
 import { RedisClusterTopology } from '../support/topologies.js';
-import { command } from '../support/topology-tools.js';
+import { command, parseInfo } from '../support/topology-tools.js';
+import { slotOf } from '../../libs/lock/src/store/redis/key-layout.js';
 import { type HoldHistoryReport, runHoldHistory, runWorker } from '../support/workers.js';
 import { lockKind } from '../support/kinds.js';
 
@@ -105,6 +106,37 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     };
     await Promise.all([loop(keys), loop([...keys].reverse()), loop(keys.slice(2).concat(keys.slice(0, 2)))]);
     expect(sections).toBe(45);
+  });
+
+  it('takes free keys of one slot in one command, all or none, and keys of other slots after them', async () => {
+    // Two keys whose hash tags share a slot (a CRC16 collision), and one of another slot.
+    const base = uniqueKey('slot-mate');
+    const first = `${base}:0`;
+    let mate = 1;
+    while (slotOf(`${base}:${mate}`) !== slotOf(first)) mate++;
+    const sameSlot = [first, `${base}:${mate}`];
+    const elsewhere = uniqueKey('other-slot');
+    const { port } = await topology.primaryFor(`{${first}}`);
+    const callsOf = async (name: string) => {
+      const stats = parseInfo(await command(port, ['INFO', 'commandstats']));
+      return Number(/calls=(\d+)/.exec(stats[`cmdstat_${name}`] ?? '')?.[1] ?? 0);
+    };
+    await (await app.locks.lock(sameSlot)).unlock(); // the script is cached on that primary
+
+    const [evalshaBefore, setBefore] = [await callsOf('evalsha'), await callsOf('set')];
+    const lock = await app.locks.lock([...sameSlot, elsewhere]);
+    // One script for the two keys of the slot (its two SETs count as calls), nothing else there.
+    expect((await callsOf('evalsha')) - evalshaBefore).toBe(1);
+    expect((await callsOf('set')) - setBefore).toBe(2);
+    expect([...lock.keys].sort()).toEqual([...sameSlot, elsewhere].sort());
+    for (const key of [...sameSlot, elsewhere]) expect(await app.locks.isLocked(key)).toBe(true);
+    expect(await lock.unlock()).toBe(true);
+
+    // One key of the slot held: the call takes none of them in the end.
+    const holder = await app.locks.lock(sameSlot[1]);
+    expect(await app.locks.tryLock([...sameSlot, elsewhere])).toBeNull();
+    for (const key of [sameSlot[0], elsewhere]) expect(await app.locks.isLocked(key)).toBe(false);
+    await holder.unlock();
   });
 
   it('wakes a waiter by a sharded message (SSUBSCRIBE on the primary of its slot), not by polling', async () => {

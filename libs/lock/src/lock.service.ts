@@ -4,7 +4,7 @@ import { HeldLease, keepPolicy } from './lease/held-lease.js';
 import type { HoldTicket } from './lease/lease-chain.js';
 import { leaseOfChain } from './lease/lease-chain.js';
 import { type HoldCall, LeaseEngine } from './lease/lease-engine.js';
-import { inTakingOrder, LeaseSet, takeInOrder, ticketOfAll } from './lease/lease-set.js';
+import { inTakingOrder, LeaseSet, takeInOrder, takenTogether, ticketOfAll } from './lease/lease-set.js';
 import { createOwnerToken } from './lease/owner-token.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { InvalidArgumentError, LockTimeoutError } from './lock.errors.js';
@@ -225,17 +225,16 @@ export class LockService implements OnModuleDestroy {
    * taken, the others are given back and its error is thrown.
    */
   private async lockAll(keys: readonly string[], options: LockOptions): Promise<LeaseSet> {
-    const { ordered, timeout, callFor, keep } = this.callsFor(keys, options, false);
+    const { runs, timeout, callFor, keep } = this.callsFor(keys, options, false);
     const start = performance.now();
     // The keys taken first are renewed while the next ones are waited for (a wait may outlast their
     // ttl), then kept as the caller asked.
     const renewed = { autoExtend: true, reportLoss: keep.reportLoss };
-    const leases = await takeInOrder(
-      ordered,
-      timeout,
-      (id, timeLeft) => this.engine.acquireOrThrow({ ...callFor(id, timeLeft), keep: renewed }),
-      (lease) => lease.releaseQuietly(),
-    );
+    const leases = await takeInOrder(runs, timeout, {
+      all: (run) => this.engine.acquireAllIfFree(run.map((id) => ({ ...callFor(id, timeout), keep: renewed }))),
+      one: (id, timeLeft) => this.engine.acquireOrThrow({ ...callFor(id, timeLeft), keep: renewed }),
+      giveBack: (lease) => lease.releaseQuietly(),
+    });
     for (const lease of leases) lease.policy = keep;
     await giveBackIfAnyLost(leases, (lease) => lease.releaseQuietly());
     return new LeaseSet(leases, elapsedSince(start, leases));
@@ -246,16 +245,15 @@ export class LockService implements OnModuleDestroy {
    * (a write inside a read of it still rejects at once), the others are taken.
    */
   private async enterAll(keys: readonly string[], options: LockOptions): Promise<HoldTicket<HeldLease>> {
-    const { ordered, timeout, callFor } = this.callsFor(keys, options, true);
+    const { runs, timeout, callFor } = this.callsFor(keys, options, true);
     // An upgrade of any of them is refused before anything is waited for.
-    for (const id of ordered) this.engine.refuseUnjoinable(callFor(id, timeout));
+    for (const id of runs.flat()) this.engine.refuseUnjoinable(callFor(id, timeout));
     const start = performance.now();
-    const tickets = await takeInOrder(
-      ordered,
-      timeout,
-      (id, timeLeft) => this.engine.enter(callFor(id, timeLeft)),
-      (ticket) => ticket.leave(),
-    );
+    const tickets = await takeInOrder(runs, timeout, {
+      all: (run) => this.engine.enterAllIfFree(run.map((id) => callFor(id, timeout))),
+      one: (id, timeLeft) => this.engine.enter(callFor(id, timeLeft)),
+      giveBack: (ticket) => ticket.leave(),
+    });
     await giveBackIfAnyLost(
       tickets,
       (ticket) => ticket.leave(),
@@ -265,13 +263,16 @@ export class LockService implements OnModuleDestroy {
     return ticketOfAll(tickets, elapsedSince(start, leases));
   }
 
-  /** The keys in the order they are taken, and the call of each: the options checked once, one token for all. */
+  /**
+   * The keys in the order they are taken, in runs that one step may take together, and the call of
+   * each: the options checked once, one token for all.
+   */
   private callsFor(keys: readonly string[], options: LockOptions, scoped: boolean) {
     const call = this.call(keys[0], options, scoped);
     for (const key of keys.slice(1)) this.refuseOwnTokenInOtherMode(key, call.request, call.policy.token);
     const token = call.policy.token ?? createOwnerToken();
     return {
-      ordered: inTakingOrder(keys),
+      runs: takenTogether(inTakingOrder(keys), (a, b) => this.engine.store.takesTogether?.(a, b) ?? false),
       timeout: call.policy.timeout,
       keep: call.keep,
       callFor: (id: string, timeLeft: number): HoldCall<LockMode> => ({

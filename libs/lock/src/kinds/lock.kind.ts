@@ -4,6 +4,7 @@ import type { Inspection } from '../store/store.js';
 import type { LockMode } from '../options/call-options.js';
 import type { LeaseKind } from './lease-kind.js';
 import {
+  acquireFreeLocksScript,
   acquireLockScript,
   countLockScript,
   extendLockScript,
@@ -56,6 +57,7 @@ export const lockKind: LeaseKind<LockMode> = {
     acquire: acquireLockScript,
     requestArgs: (mode) => (mode === 'read' ? READ_ARGS : WRITE_ARGS),
     takenBySetNx: (mode) => mode !== 'read',
+    acquireAllIfFree: acquireFreeLocksScript,
     release: releaseLockScript,
     extend: extendLockScript,
     fence: fenceLockScript,

@@ -253,6 +253,28 @@ return 1
 `,
 );
 
+/**
+ * Several free locks of one hash slot taken to write in one step, all or none (a lock on several
+ * keys: `LockStore.acquireAllIfFree`). KEYS: for each lock its first three keys, the lock, its fence
+ * counter (unused) and its line, so that KEYS[3i+1] is a lock and KEYS[3i+3] its line. ARGV[1] the
+ * owner token, ARGV[2] ttl ms. Returns 1 when every lock was free with nobody in its line and is now
+ * the token's (no fence is drawn, as with SET NX); 0, with nothing taken, when one was held or had
+ * waiters. Why one script: the caller must never hold some of the keys of a slot it took at once.
+ */
+export const acquireFreeLocksScript = script(
+  'acquireFreeLocks',
+  3, // per lock
+  `
+for i = 1, #KEYS, 3 do
+  if redis.call('EXISTS', KEYS[i], KEYS[i + 2]) > 0 then return 0 end
+end
+for i = 1, #KEYS, 3 do
+  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+end
+return 1
+`,
+);
+
 /** How many hold the lock: 1 for a writer, the number of readers whose lease still runs, or 0. */
 export const countLockScript = script(
   'countLock',

@@ -39,7 +39,7 @@ export async function acquireLease<Request>(
   const token = call.policy.token ?? createOwnerToken();
   const line = lineOf(call.kind, call.id);
   if (!lines.contended(line) && !keeping.watchdog.holds(call.kind, call.id)) {
-    const taken = await takeIfFree(keeping.store, call, token);
+    const taken = await takeIfFree(keeping.store, call, [call.id], token);
     if (taken !== undefined) return taken;
   }
   lines.arrive(line);
@@ -51,28 +51,34 @@ export async function acquireLease<Request>(
 }
 
 /**
- * The store's one-command acquisition of a free lease (`LockStore.acquireIfFree`), for a caller with
- * nobody of this process ahead of it: no turn, line or timer. `undefined` when it was not taken (or
- * the store has no such command): the caller waits in line as usual. A failure to reach the store is
- * left to the wait loop, which retries it; if the lost reply took the lease, its first attempt finds
- * the lease its own.
+ * The store's one-command acquisition of free leases (`LockStore.acquireIfFree`, or for several ids
+ * `acquireAllIfFree`, all or none), for a caller with nobody of this process ahead of it: no turn,
+ * line or timer. `undefined` when they were not taken (or the store has no such command): the caller
+ * waits in line as usual. A failure to reach the store is left to the wait loop, which retries it;
+ * if the lost reply took a lease, its first attempt finds the lease its own.
  */
 async function takeIfFree<Request>(
   store: LockStore,
-  { kind, id, request, policy }: LeaseCall<Request>,
+  { kind, request, policy }: Omit<LeaseCall<Request>, 'id'>,
+  ids: readonly string[],
   token: string,
 ): Promise<LeaseGrant | undefined> {
-  if (store.acquireIfFree === undefined) return undefined;
+  const take =
+    ids.length === 1
+      ? store.acquireIfFree?.bind(store, kind, ids[0], request, token, policy.ttl)
+      : store.acquireAllIfFree?.bind(store, kind, ids, request, token, policy.ttl);
+  if (take === undefined) return undefined;
   policy.signal?.throwIfAborted();
+  const giveBack = () => Promise.all(ids.map((id) => store.giveBack(kind, id, token).catch(() => false)));
   const sentAt = performance.now();
   let taken: boolean | undefined;
   try {
-    taken = await untilAborted(store.acquireIfFree(kind, id, request, token, policy.ttl), policy.signal);
+    taken = await untilAborted(take(), policy.signal);
   } catch (error) {
     if (policy.signal?.aborted && error === policy.signal.reason) {
       // Aborted with the command in flight (a frozen server): its answer is not awaited, and the
       // release sent after it on the same connection undoes what it may still take.
-      store.giveBack(kind, id, token).catch(() => undefined);
+      void giveBack();
       throw error;
     }
     if (error instanceof LockBackendError && error.transient) return undefined;
@@ -81,11 +87,29 @@ async function takeIfFree<Request>(
   if (!taken) return undefined;
   if (policy.signal?.aborted || !stillRunsOn(store, sentAt, policy.ttl)) {
     // Taken as the caller gave up, or its answer came after its lease ran out (see `ranOutOnArrival`).
-    await store.giveBack(kind, id, token).catch(() => undefined);
+    await giveBack();
     policy.signal?.throwIfAborted();
     return undefined;
   }
   return { token, ttl: policy.ttl, sentAt, serverTtl: policy.ttl, elapsed: 0 };
+}
+
+/**
+ * The leases of several calls (one kind, request and policy; one token), all free, taken in one step
+ * of the store, all or none (`takeIfFree`): only when nobody of this process holds or waits for any
+ * of them. `undefined` when they were not all taken: the caller takes them one by one.
+ */
+export function acquireAllIfFree<Request>(
+  { store, lines, watchdog }: Pick<LeaseKeeping, 'store' | 'lines' | 'watchdog'>,
+  calls: readonly LeaseCall<Request>[],
+  token: string,
+): Promise<LeaseGrant | undefined> {
+  const ids = calls.map((call) => call.id);
+  const { kind } = calls[0];
+  if (ids.some((id) => lines.contended(lineOf(kind, id)) || watchdog.holds(kind, id))) {
+    return Promise.resolve(undefined);
+  }
+  return takeIfFree(store, calls[0], ids, token);
 }
 
 /** Whether a lease of `leaseMs` on `store` that began no earlier than `sentAt` still runs by this process's clock. */

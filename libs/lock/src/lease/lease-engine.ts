@@ -1,10 +1,11 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import type { LockStore } from '../store/store.js';
 import type { LockTelemetry } from '../telemetry/telemetry.js';
-import { acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
+import { acquireAllIfFree, acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
 import { driftOf, HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
 import { enterHold, heldByChain, holdDuring, type HoldTicket } from './lease-chain.js';
 import { LocalLines } from './local-line.js';
+import { createOwnerToken } from './owner-token.js';
 import { ReleaseRetries } from './release-retries.js';
 import type { Watchdog } from './watchdog.js';
 
@@ -44,6 +45,34 @@ export class LeaseEngine implements LeaseKeeping {
     );
     if (!('token' in grant)) return grant;
     return new HeldLease(kind, id, call.request, grant, this, call.keep, this.telemetry.startHold(kind.name));
+  }
+
+  /**
+   * The leases of several calls of one kind (one request and policy, one `policy.token`), all free,
+   * in one step of the store, all or none; `undefined` when they were not all free, or nobody of this
+   * process may be passed by (see `acquireAllIfFree` in acquire-lease.ts): the caller takes them one by one.
+   */
+  async acquireAllIfFree<Request>(calls: readonly HoldCall<Request>[]): Promise<HeldLease[] | undefined> {
+    const { kind, policy } = calls[0];
+    const token = policy.token ?? createOwnerToken();
+    if (policy.token !== undefined) for (const { id } of calls) this.releases.forget({ kind, id, token });
+    const grant = await acquireAllIfFree(this, calls, token);
+    if (grant === undefined) return undefined;
+    this.telemetry.acquiredAtOnce(kind.name, calls.length);
+    return calls.map(
+      (call) => new HeldLease(kind, call.id, call.request, grant, this, call.keep, this.telemetry.startHold(kind.name)),
+    );
+  }
+
+  /**
+   * `acquireAllIfFree` for a call chain: tickets of the leases taken; `undefined` when they were not
+   * all free, or the chain holds one of them already (it is joined one by one).
+   */
+  async enterAllIfFree<Request>(calls: readonly HoldCall<Request>[]): Promise<HoldTicket<HeldLease>[] | undefined> {
+    if (calls.some((call) => heldByChain(this.entryOf(call)) !== undefined)) return undefined;
+    const leases = await this.acquireAllIfFree(calls);
+    if (leases === undefined) return undefined;
+    return Promise.all(leases.map((lease, i) => enterHold(this.entryOf(calls[i]), () => Promise.resolve(lease))));
   }
 
   /** One acquisition, or the kind's timeout error (`LockTimeoutError`, `SemaphoreTimeoutError`). */

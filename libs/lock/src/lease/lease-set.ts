@@ -27,24 +27,48 @@ export function inTakingOrder(keys: readonly string[]): string[] {
 }
 
 /**
- * Takes one lease per key in `keys`, in that order (`inTakingOrder`), each with `take` — which is told
- * how much of `timeout` is left — holding the earlier ones while it waits for the next. If one cannot
- * be taken (a timeout, an abort, a failure), every lease taken so far is given back (`giveBack`,
- * which must not throw) and the error is thrown.
+ * `keys` in taking order, cut into runs that one step of the store can take together
+ * (`takesTogether`: on a Redis Cluster the keys of one hash slot, which the taking order keeps side
+ * by side; on one server or in memory, all of them).
  */
-export async function takeInOrder<L>(
-  keys: readonly string[],
-  timeout: number,
-  take: (key: string, timeLeft: number) => Promise<L>,
-  giveBack: (lease: L) => Promise<void>,
-): Promise<L[]> {
+export function takenTogether(keys: readonly string[], takesTogether: (a: string, b: string) => boolean): string[][] {
+  const runs: string[][] = [];
+  for (const key of keys) {
+    const run = runs.at(-1);
+    if (run !== undefined && takesTogether(run[0], key)) run.push(key);
+    else runs.push([key]);
+  }
+  return runs;
+}
+
+/** How `takeInOrder` takes leases: a run of keys all at once when all are free, else one key. */
+export interface TakeSteps<L> {
+  /** The leases of every key of `run`, all free, in one step; `undefined` when that did not take them (none taken). */
+  all(run: readonly string[]): Promise<L[] | undefined>;
+  /** The lease of `key`, waiting at most `timeLeft` ms for it. */
+  one(key: string, timeLeft: number): Promise<L>;
+  /** Gives a lease back; must not throw. */
+  giveBack(lease: L): Promise<void>;
+}
+
+/**
+ * Takes one lease per key of `runs` (`takenTogether`), in that order: each run of several keys at
+ * once if all of it is free (all or none), else key by key — each told how much of `timeout` is
+ * left — holding the earlier ones while it waits for the next. If one cannot be taken (a timeout, an
+ * abort, a failure), every lease taken so far is given back and the error is thrown.
+ */
+export async function takeInOrder<L>(runs: readonly string[][], timeout: number, steps: TakeSteps<L>): Promise<L[]> {
   const start = performance.now();
   const taken: L[] = [];
   try {
-    for (const key of keys) taken.push(await take(key, Math.max(0, timeout - (performance.now() - start))));
+    for (const run of runs) {
+      const all = run.length > 1 ? await steps.all(run) : undefined;
+      if (all !== undefined) taken.push(...all);
+      else for (const key of run) taken.push(await steps.one(key, Math.max(0, timeout - (performance.now() - start))));
+    }
     return taken;
   } catch (error) {
-    await Promise.all(taken.map(giveBack));
+    await Promise.all(taken.map((lease) => steps.giveBack(lease)));
     throw error;
   }
 }

@@ -42,6 +42,24 @@ export interface LockStore {
   ): Promise<boolean | undefined>;
 
   /**
+   * `acquireIfFree` for several leases of one kind, all or none, in one step: `ids` are leases that
+   * `takesTogether` says one step reaches. `true`: every one was free and is now `token`'s for `ttl`
+   * ms; `false`: one was held or had waiters in line, and nothing was taken; `undefined`: the store
+   * takes no such leases that way. The caller, who knows that nobody of this process waits for any of
+   * them, takes them one by one when they are not taken.
+   */
+  acquireAllIfFree?<Request>(
+    kind: StoreKind<Request>,
+    ids: readonly string[],
+    request: Request,
+    token: string,
+    ttl: number,
+  ): Promise<boolean | undefined>;
+
+  /** Whether one step of `acquireAllIfFree` can take the leases `a` and `b` (on a Redis Cluster: one hash slot). */
+  takesTogether?(a: string, b: string): boolean;
+
+  /**
    * Draws the fence of the lease `token` holds on `id`: greater than every fence drawn for this lease
    * before, by any owner. A fence is only ever drawn while its lease is held, and a lease of an
    * exclusive kind begins only after the previous one ended, so fences increase in the order the

@@ -80,6 +80,25 @@ export class MemoryStore implements LockStore {
     return true;
   }
 
+  /** Every one held by nobody, with nobody waiting (and the kind admits `request` alone): all taken. */
+  async acquireAllIfFree<Request>(
+    kind: StoreKind<Request>,
+    ids: readonly string[],
+    request: Request,
+    token: string,
+    ttl: number,
+  ): Promise<boolean> {
+    const free = (id: string) =>
+      this.liveHolders(kind, id).size === 0 && this.waitingFor(leaseKeyOf(kind, id), token).length === 0;
+    if (!kind.admits([], request) || !ids.every(free)) return false;
+    for (const id of ids) this.hold(kind, id, token, { request, deadline: performance.now() + ttl });
+    return true;
+  }
+
+  takesTogether(): boolean {
+    return true;
+  }
+
   async fence(kind: StoreKind, id: string, token: string): Promise<number> {
     const holder = this.liveHolders(kind, id).get(token);
     if (holder === undefined) return 0;

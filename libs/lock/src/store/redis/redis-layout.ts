@@ -40,6 +40,12 @@ export interface RedisLayout<Request> {
    * attempt's one command).
    */
   takenBySetNx(request: Request): boolean;
+  /**
+   * Several free leases taken by `SET NX` (`takenBySetNx`), all or none, in one step: KEYS are the
+   * first `numberOfKeys` keys of each lease in turn, ARGV[1] the owner token, ARGV[2] ttl ms. Returns
+   * 1 when all were taken, 0 when none was. Absent for a kind that has no such step.
+   */
+  readonly acquireAllIfFree?: RedisScript;
   /** The acquire script's arguments after the common ones (a semaphore's limit). */
   requestArgs(request: Request): readonly (string | number)[];
   readonly release: RedisScript;

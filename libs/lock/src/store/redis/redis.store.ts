@@ -4,7 +4,7 @@ import type { Attempt, AttemptOptions, Inspection, LockStore, LeaseExtension, Su
 import type { StoreKind } from '../store-kind.js';
 import { backendErrorOf, unansweredError } from './backend-messages.js';
 import { CommandDeadlines } from './command-deadlines.js';
-import { hashTagged, toMillis } from './key-layout.js';
+import { hashTagged, slotOf, toMillis } from './key-layout.js';
 import { type Integer, leaseRunsOutIn } from './replies.js';
 import type { CompiledScript, RedisScript } from './script.js';
 import { WakeUps } from './wake-ups.js';
@@ -99,6 +99,31 @@ export class RedisStore implements LockStore {
     );
     if (answer !== 'OK') return false;
     return this.options.waitForReplicas === undefined || (await this.granted(kind, id, token)).granted;
+  }
+
+  /** Several free leases of one slot by the kind's `acquireAllIfFree` script: all or none. */
+  async acquireAllIfFree<Request>(
+    kind: StoreKind<Request>,
+    ids: readonly string[],
+    request: Request,
+    token: string,
+    ttl: number,
+  ): Promise<boolean | undefined> {
+    const script = kind.redis.acquireAllIfFree;
+    if (script === undefined || !kind.redis.takenBySetNx(request)) return undefined;
+    const keys = ids.flatMap((id) => this.keysOf(kind, id, script.numberOfKeys));
+    const all = ids.join('", "');
+    const taken = await this.evalScript(ids[0], () => kind.purposes.acquire(all), script, keys, [token, toMillis(ttl)]);
+    if (Number(taken) !== 1) return false;
+    const { waitForReplicas } = this.options;
+    if (waitForReplicas === undefined || (await this.acknowledged(ids[0], waitForReplicas))) return true;
+    await Promise.all(ids.map((id) => this.release(kind, id, token)));
+    return false;
+  }
+
+  /** One step reaches any keys of one server, and on a Cluster the keys of one hash slot. */
+  takesTogether(a: string, b: string): boolean {
+    return !this.isCluster() || slotOf(a) === slotOf(b);
   }
 
   /** A release; a lease it handed to `successor` is delivered to its turn here. */
@@ -314,21 +339,31 @@ export class RedisStore implements LockStore {
     args: readonly (string | number)[],
     signal?: AbortSignal,
   ): Promise<unknown> {
-    const { sha, source } = this.compiled(script);
     const keys = this.keysOf(kind, id, script.numberOfKeys);
-    return this.run(
-      id,
-      () => kind.purposes[operation](id),
-      (timedOut) =>
-        this.client.evalsha(sha, script.numberOfKeys, ...keys, ...args).catch((error: unknown) => {
-          // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
-          // unless the caller already gave up on this command (its deadline passed, or its signal aborted):
-          // resent that late, it would come after the caller's next commands (a release sent again after a
-          // new lock with the same token; an attempt sent again after the release that gave it up).
-          if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut() || signal?.aborted)
-            throw error;
-          return this.client.eval(source, script.numberOfKeys, ...keys, ...args);
-        }),
+    return this.evalScript(id, () => kind.purposes[operation](id), script, keys, args, signal);
+  }
+
+  /** Runs `script` with `keys` and `args`, by SHA, and by its text when the server lost it. */
+  private evalScript(
+    id: string,
+    purpose: () => string,
+    script: RedisScript,
+    keys: readonly string[],
+    args: readonly (string | number)[],
+    signal?: AbortSignal,
+  ): Promise<unknown> {
+    const { sha, source } = this.compiled(script);
+    const numberOfKeys = keys.length;
+    return this.run(id, purpose, (timedOut) =>
+      this.client.evalsha(sha, numberOfKeys, ...keys, ...args).catch((error: unknown) => {
+        // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
+        // unless the caller already gave up on this command (its deadline passed, or its signal aborted):
+        // resent that late, it would come after the caller's next commands (a release sent again after a
+        // new lock with the same token; an attempt sent again after the release that gave it up).
+        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut() || signal?.aborted)
+          throw error;
+        return this.client.eval(source, numberOfKeys, ...keys, ...args);
+      }),
     );
   }
 
