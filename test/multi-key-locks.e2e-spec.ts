@@ -321,6 +321,51 @@ describe('locks on several free keys on one Redis', () => {
   });
 });
 
+// Found by the outside review of the one-step script: each left every key held for its ttl.
+describe('locks on several keys when the one-step script is not answered in time', () => {
+  const apps = useLockApps('redis', 2, { commandTimeout: 200 });
+  const server = () => apps()[0].server!;
+  const keysFree = async (keys: string[]) =>
+    (await Promise.all(keys.map((key) => apps()[1].locks.isLocked(key)))).every((held) => !held);
+
+  it('leaves no key held after an abort while the server, frozen, then answers NOSCRIPT', async () => {
+    const keys = [uniqueKey('noscript-1'), uniqueKey('noscript-2'), uniqueKey('noscript-3')];
+    const plain = new Redis(server().url);
+    await plain.script('FLUSH'); // the server lost its scripts (a restart, a failover)
+    plain.disconnect();
+    server().pause();
+    try {
+      const aborting = new AbortController();
+      const call = apps()[0]
+        .locks.lock(keys, { signal: aborting.signal, ttl: 30_000, timeout: 5_000 })
+        .catch((error: unknown) => error);
+      await delay(100);
+      aborting.abort(new Error('caller gave up'));
+      expect(await call).toMatchObject({ message: 'caller gave up' });
+    } finally {
+      server().resume();
+    }
+    await delay(300);
+    expect(await keysFree(keys)).toBe(true);
+  });
+
+  it('leaves no key held when the script outlives its command timeout and the call gives up', async () => {
+    const keys = [uniqueKey('frozen-1'), uniqueKey('frozen-2'), uniqueKey('frozen-3')];
+    await (await apps()[0].locks.lock(keys)).unlock(); // the script is cached
+    server().pause();
+    try {
+      const outcome = await apps()[0]
+        .locks.lock(keys, { ttl: 30_000, timeout: 600 })
+        .catch((error: unknown) => error);
+      expect(outcome).toBeInstanceOf(Error);
+    } finally {
+      server().resume();
+    }
+    await delay(300);
+    expect(await keysFree(keys)).toBe(true);
+  });
+});
+
 describe('locks on several keys across processes on Redis', () => {
   const server = useRedisServer();
   const redis = useRedisClient(server);

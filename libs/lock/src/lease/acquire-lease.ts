@@ -66,7 +66,7 @@ async function takeIfFree<Request>(
   const take =
     ids.length === 1
       ? store.acquireIfFree?.bind(store, kind, ids[0], request, token, policy.ttl)
-      : store.acquireAllIfFree?.bind(store, kind, ids, request, token, policy.ttl);
+      : store.acquireAllIfFree?.bind(store, kind, ids, request, token, policy.ttl, policy.signal);
   if (take === undefined) return undefined;
   policy.signal?.throwIfAborted();
   const giveBack = () => Promise.all(ids.map((id) => store.giveBack(kind, id, token).catch(() => false)));
@@ -81,7 +81,13 @@ async function takeIfFree<Request>(
       void giveBack();
       throw error;
     }
-    if (error instanceof LockBackendError && error.transient) return undefined;
+    if (error instanceof LockBackendError && error.transient) {
+      // Unanswered (a frozen server, a lost reply): the command may still run. One key's wait loop
+      // finds it its own at its first attempt; several keys' step may take keys the one-by-one wait
+      // never reaches (it gives up at the first), so they are given back after it, on the same connection.
+      if (ids.length > 1) void giveBack();
+      return undefined;
+    }
     throw error;
   }
   if (!taken) return undefined;

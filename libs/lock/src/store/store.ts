@@ -54,6 +54,8 @@ export interface LockStore {
     request: Request,
     token: string,
     ttl: number,
+    /** The caller's: once aborted, a command the server did not run is not sent again. */
+    signal?: AbortSignal,
   ): Promise<boolean | undefined>;
 
   /** Whether one step of `acquireAllIfFree` can take the leases `a` and `b` (on a Redis Cluster: one hash slot). */

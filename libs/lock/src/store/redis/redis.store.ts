@@ -108,12 +108,15 @@ export class RedisStore implements LockStore {
     request: Request,
     token: string,
     ttl: number,
+    signal?: AbortSignal,
   ): Promise<boolean | undefined> {
     const script = kind.redis.acquireAllIfFree;
     if (script === undefined || !kind.redis.takenBySetNx(request)) return undefined;
     const keys = ids.flatMap((id) => this.keysOf(kind, id, script.numberOfKeys));
     const all = ids.join('", "');
-    const taken = await this.evalScript(ids[0], () => kind.purposes.acquire(all), script, keys, [token, toMillis(ttl)]);
+    const purpose = () => kind.purposes.acquire(all);
+    // The caller's signal: after an abort the script is not sent again on NOSCRIPT (see `runScript`).
+    const taken = await this.evalScript(ids[0], purpose, script, keys, [token, toMillis(ttl)], signal);
     if (Number(taken) !== 1) return false;
     const { waitForReplicas } = this.options;
     if (waitForReplicas === undefined || (await this.acknowledged(ids[0], waitForReplicas))) return true;
