@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -103,6 +103,17 @@ describe('the npm tarball of nest-lock', () => {
       peerDependencies: expect.objectContaining({ ioredis: '^5.0.0 || ^6.0.0' }),
       peerDependenciesMeta: { ioredis: { optional: true } },
     });
+  });
+
+  it('works beside @nestjs/schedule without requiring it: an optional peer, never imported', () => {
+    expect(packageJson).toMatchObject({ peerDependenciesMeta: { '@nestjs/schedule': { optional: true } } });
+    const built = readdirSync(join(library, 'dist'), { recursive: true, encoding: 'utf8' }).filter((file) =>
+      file.endsWith('.js'),
+    );
+    expect(built.length).toBeGreaterThan(10);
+    expect(
+      built.filter((file) => readFileSync(join(library, 'dist', file), 'utf8').includes('@nestjs/schedule')),
+    ).toEqual([]);
   });
 
   it('exports the same names from its CommonJS and ESM builds', () => {

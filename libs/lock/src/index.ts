@@ -13,6 +13,7 @@ export { LockModule } from './lock.module.js';
 export type { LockModuleOptions, ResolvedModuleOptions } from './lock-module.options.js';
 export type {
   Fairness,
+  HoldOptions,
   LeaseDefaults,
   LeaseOptions,
   LockMode,
@@ -31,4 +32,5 @@ export { LockStore } from './store/store.js';
 export { WithLock, type WithLockOptions } from './decorators/with-lock.decorator.js';
 export { Semaphore, type SemaphoreDecoratorOptions } from './decorators/semaphore.decorator.js';
 export type { KeyTemplate } from './decorators/key-template.js';
+export type { OnBusy } from './decorators/guarded-method.js';
 export { type LockHttpOptions, LockInterceptor, SEMAPHORE_RETRY_AFTER_SECONDS } from './http/lock.interceptor.js';

@@ -1,12 +1,13 @@
 import { Logger, type LoggerService } from '@nestjs/common';
 
-/** What nest-lock writes to its log: notices and warnings, each under the context it was created with. */
+/** What nest-lock writes to its log: details, notices and warnings, each under the context it was created with. */
 export interface LockLogger {
+  debug(message: string): void;
   log(message: string): void;
   warn(message: string): void;
 }
 
-const SILENT: LockLogger = { log: () => undefined, warn: () => undefined };
+const SILENT: LockLogger = { debug: () => undefined, log: () => undefined, warn: () => undefined };
 
 /**
  * The module's `logger` option as nest-lock uses it: Nest's own `Logger` when none was given (so
@@ -17,6 +18,7 @@ export function createLockLogger(option: LoggerService | false | undefined, cont
   if (option === false) return SILENT;
   if (option === undefined) return new Logger(context);
   return {
+    debug: (message) => void option.debug?.(message, context),
     log: (message) => void option.log(message, context),
     warn: (message) => void option.warn(message, context),
   };

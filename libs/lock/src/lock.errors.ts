@@ -16,6 +16,11 @@ export abstract class LockError extends Error {
     super(message, options);
     this.name = new.target.name;
   }
+
+  /** `LockBackendError [BACKEND_UNAVAILABLE]: …`: a log that prints the error (a scheduler's) shows its code. */
+  override toString(): string {
+    return `${this.name} [${this.code}]: ${this.message}`;
+  }
 }
 
 /** `at once` for a single attempt (`timeout: 0`), else `within <timeout> ms`. */
@@ -34,8 +39,11 @@ export class LockTimeoutError extends LockError {
     waited: number,
     /** The timeout the caller waited with; `0`: a single attempt. */
     readonly timeout: number = Math.round(waited),
-    /** Why the store refused, when another owner was not the reason (Redlock's quarantine, unacknowledged replicas). */
-    refusal?: string,
+    /**
+     * Why the store refused, when another owner was not the reason (Redlock's quarantine, unacknowledged
+     * replicas); absent when another owner holds it.
+     */
+    readonly refusal?: string,
   ) {
     super(`Could not lock "${key}" ${withinTimeout(timeout)}: ${refusal ?? 'it is held by another owner'}`);
     this.waited = Math.round(waited);
@@ -55,8 +63,8 @@ export class SemaphoreTimeoutError extends LockError {
     waited: number,
     /** The timeout the caller waited with; `0`: a single attempt. */
     readonly timeout: number = Math.round(waited),
-    /** Why the store refused, when held permits were not the reason (unacknowledged replicas). */
-    refusal?: string,
+    /** Why the store refused, when held permits were not the reason (unacknowledged replicas); absent when all are held. */
+    readonly refusal?: string,
   ) {
     super(
       `No permit of semaphore "${semaphore}" (limit ${limit}) ${withinTimeout(timeout)}: ${refusal ?? 'all are held'}`,

@@ -53,6 +53,8 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
 
   /** After every module's onModuleDestroy, so that those may still release their locks. */
   async onApplicationShutdown(): Promise<void> {
+    // Leases kept after their routine (`holdAtLeast`) are released now, and no more are put off.
+    await this.engine.leaves.leaveAllNow();
     // Routines still running under withLock / withPermit / a decorator get a moment to finish and
     // release; closing the store under them would leave their leases held for a whole ttl.
     await this.engine.watchdog.drain(SHUTDOWN_GRACE_MS);

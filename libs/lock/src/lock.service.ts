@@ -2,7 +2,7 @@ import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { lockKind } from './kinds/lock.kind.js';
 import { HeldLease, keepPolicy } from './lease/held-lease.js';
 import type { HoldTicket } from './lease/lease-chain.js';
-import { leaseOfChain } from './lease/lease-chain.js';
+import { leaseOfChain, runHolding } from './lease/lease-chain.js';
 import { type HoldCall, LeaseEngine } from './lease/lease-engine.js';
 import { inTakingOrder, LeaseSet, takeInOrder, takenTogether, ticketOfAll } from './lease/lease-set.js';
 import { createOwnerToken } from './lease/owner-token.js';
@@ -11,10 +11,13 @@ import { InvalidArgumentError, LockTimeoutError } from './lock.errors.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import {
+  type AcquirePolicy,
+  type HoldOptions,
   type LockMode,
   type LockOptions,
   resolveAcquirePolicy,
   type ServiceOptions,
+  splitHoldOptions,
   validateKey,
   validateKeys,
   validateLeaseTtl,
@@ -126,17 +129,11 @@ export class LockService implements OnModuleDestroy {
   async withLock<T>(
     key: string | readonly string[],
     fn: (lock: Lock) => T | Promise<T>,
-    options: LockOptions = {},
+    options: LockOptions & HoldOptions = {},
   ): Promise<T> {
-    const keys = validateKeys('key', key);
+    validateKeys('key', key);
     validateRoutine(fn);
-    if (keys.length === 1) return this.engine.holdDuring(this.call(keys[0], options, true), fn);
-    const all = await this.enterAll(keys, options);
-    try {
-      return await all.run(() => fn(all.handle as Lock));
-    } finally {
-      await all.leave();
-    }
+    return runHolding(this.enter(key, options), fn);
   }
 
   /**
@@ -144,10 +141,25 @@ export class LockService implements OnModuleDestroy {
    * what `withLock` and `@WithLock` are made of.
    * @internal
    */
-  async enter(key: string | readonly string[], options: LockOptions = {}): Promise<HoldTicket<HeldLease>> {
+  async enter(
+    key: string | readonly string[],
+    options: LockOptions & HoldOptions = {},
+  ): Promise<HoldTicket<HeldLease>> {
     const keys = validateKeys('key', key);
-    if (keys.length === 1) return this.engine.enter(this.call(keys[0], options, true));
-    return this.enterAll(keys, options);
+    const [lockOptions, holdAtLeast] = splitHoldOptions(options);
+    if (keys.length === 1) return this.engine.enter({ ...this.call(keys[0], lockOptions, true), holdAtLeast });
+    const { ticket, policy } = await this.enterAll(keys, lockOptions);
+    return this.engine.heldAtLeast(ticket, holdAtLeast, policy.ttl);
+  }
+
+  /**
+   * A decorated call (`where`) that did not run because its lock was held elsewhere (`onBusy: 'skip'`):
+   * logged at debug level and counted (`nest_lock.skipped`).
+   * @internal
+   */
+  skipped(where: string, error: LockTimeoutError): void {
+    this.logger.debug(`${where} skipped: lock "${error.key}" is held elsewhere (onBusy: 'skip')`);
+    this.engine.skipped(lockKind);
   }
 
   /**
@@ -244,8 +256,11 @@ export class LockService implements OnModuleDestroy {
    * `lockAll` for a call chain (`withLock`, the decorators): a key the chain holds already is joined
    * (a write inside a read of it still rejects at once), the others are taken.
    */
-  private async enterAll(keys: readonly string[], options: LockOptions): Promise<HoldTicket<HeldLease>> {
-    const { runs, timeout, callFor } = this.callsFor(keys, options, true);
+  private async enterAll(
+    keys: readonly string[],
+    options: LockOptions,
+  ): Promise<{ ticket: HoldTicket<HeldLease>; policy: AcquirePolicy }> {
+    const { runs, timeout, callFor, policy } = this.callsFor(keys, options, true);
     // An upgrade of any of them is refused before anything is waited for.
     for (const id of runs.flat()) this.engine.refuseUnjoinable(callFor(id, timeout));
     const start = performance.now();
@@ -260,7 +275,7 @@ export class LockService implements OnModuleDestroy {
       (ticket) => ticket.lease,
     );
     const leases = tickets.map((ticket) => ticket.lease);
-    return ticketOfAll(tickets, elapsedSince(start, leases));
+    return { ticket: ticketOfAll(tickets, elapsedSince(start, leases)), policy };
   }
 
   /**
@@ -275,6 +290,7 @@ export class LockService implements OnModuleDestroy {
       runs: takenTogether(inTakingOrder(keys), (a, b) => this.engine.store.takesTogether?.(a, b) ?? false),
       timeout: call.policy.timeout,
       keep: call.keep,
+      policy: call.policy,
       callFor: (id: string, timeLeft: number): HoldCall<LockMode> => ({
         ...call,
         id,

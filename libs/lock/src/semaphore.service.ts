@@ -16,7 +16,11 @@ import {
   validateLimit,
   validateLocalOptions,
   validateRoutine,
+  type HoldOptions,
+  splitHoldOptions,
 } from './options/call-options.js';
+import { createLockLogger, type LockLogger } from './lock-logger.js';
+import type { SemaphoreTimeoutError } from './lock.errors.js';
 
 export { LocalPermit } from './local-semaphores.js';
 
@@ -59,11 +63,13 @@ export interface PermitHolder {
 @Injectable()
 export class SemaphoreService implements OnModuleDestroy {
   private readonly localSemaphores = new LocalSemaphores();
+  private readonly logger: LockLogger;
 
   constructor(
     @Inject(LeaseEngine) private readonly engine: LeaseEngine,
     @Inject(LOCK_OPTIONS) private readonly options: ServiceOptions,
   ) {
+    this.logger = createLockLogger(options.logger, 'SemaphoreService');
     // Lets decorated methods of instances Nest built by a factory find this service.
     registerLiveService(SemaphoreService, this);
   }
@@ -97,11 +103,12 @@ export class SemaphoreService implements OnModuleDestroy {
     name: string,
     limit: number,
     fn: (permit: Permit) => T | Promise<T>,
-    options: SemaphoreOptions = {},
+    options: SemaphoreOptions & HoldOptions = {},
   ): Promise<T> {
-    const call = this.call(name, limit, options, true);
+    const [leaseOptions, holdAtLeast] = splitHoldOptions(options);
+    const call = this.call(name, limit, leaseOptions, true);
     validateRoutine(fn);
-    return this.engine.holdDuring(call, fn);
+    return this.engine.holdDuring({ ...call, holdAtLeast }, fn);
   }
 
   /**
@@ -109,8 +116,13 @@ export class SemaphoreService implements OnModuleDestroy {
    * `leave()`; what `withPermit` and `@Semaphore` are made of.
    * @internal
    */
-  async enter(name: string, limit: number, options: SemaphoreOptions = {}): Promise<HoldTicket<HeldLease>> {
-    return this.engine.enter(this.call(name, limit, options, true));
+  async enter(
+    name: string,
+    limit: number,
+    options: SemaphoreOptions & HoldOptions = {},
+  ): Promise<HoldTicket<HeldLease>> {
+    const [leaseOptions, holdAtLeast] = splitHoldOptions(options);
+    return this.engine.enter({ ...this.call(name, limit, leaseOptions, true), holdAtLeast });
   }
 
   /**
@@ -121,9 +133,22 @@ export class SemaphoreService implements OnModuleDestroy {
   async enterLocal(
     name: string,
     limit: number,
-    options: Pick<SemaphoreOptions, 'timeout'> = {},
+    options: Pick<SemaphoreOptions, 'timeout'> & HoldOptions = {},
   ): Promise<HoldTicket<LocalPermit>> {
-    return this.localSemaphores.enter(name, limit, this.localTimeout(name, limit, options));
+    const [localOptions, holdAtLeast] = splitHoldOptions(options);
+    const ticket = await this.localSemaphores.enter(name, limit, this.localTimeout(name, limit, localOptions));
+    // A local permit has no lease to run out: it is kept no longer than the module's default ttl.
+    return this.engine.heldAtLeast(ticket, holdAtLeast, this.options.defaults.ttl);
+  }
+
+  /**
+   * A decorated call (`where`) that did not run because every permit was held (`onBusy: 'skip'`):
+   * logged at debug level and counted (`nest_lock.skipped`).
+   * @internal
+   */
+  skipped(where: string, error: SemaphoreTimeoutError): void {
+    this.logger.debug(`${where} skipped: every permit of semaphore "${error.semaphore}" is held (onBusy: 'skip')`);
+    this.engine.skipped(semaphoreKind);
   }
 
   /** Permits of `name` held right now (expired leases not counted). */

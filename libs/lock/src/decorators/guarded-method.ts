@@ -4,6 +4,8 @@ import { type DecoratorHttpSettings, markRaisedByDecorator } from '../http/decor
 import type { ChainLease, HoldTicket } from '../lease/lease-chain.js';
 import { soleLiveService } from '../live-services.js';
 import { LockInterceptor } from '../http/lock.interceptor.js';
+import { InvalidArgumentError } from '../lock.errors.js';
+import { describe } from '../options/validation.js';
 
 /**
  * The methods the decorators accept: taking a lock is asynchronous, so a decorated method returns a
@@ -22,7 +24,21 @@ export type GuardDecorator = <T extends GuardableMethod>(
  * What one call of a decorated method must hold: entering joins the lease the call chain holds or
  * waits for a new one (the services' `enter`), and the ticket's `leave()` gives it back.
  */
-export type MethodGuard = (signal?: AbortSignal) => Promise<HoldTicket<ChainLease>>;
+export type MethodGuard = (signal?: AbortSignal) => Promise<HoldTicket<ChainLease> | typeof SKIPPED>;
+
+/** What a guard gives instead of a ticket when the call is skipped: its lease was held elsewhere (`onBusy: 'skip'`). */
+export const SKIPPED = null;
+
+/** What a decorated call does when its lease is held elsewhere: throw the kind's timeout error, or return `undefined` without running. */
+export type OnBusy = 'throw' | 'skip';
+
+/** `onBusy`: `'throw'` or `'skip'`; `undefined` for the default (`'throw'`). */
+export function validateOnBusy(value: unknown): OnBusy | undefined {
+  if (value !== undefined && value !== 'throw' && value !== 'skip') {
+    throw new InvalidArgumentError('onBusy', `must be 'throw' or 'skip', got ${describe(value)}`);
+  }
+  return value;
+}
 
 export interface GuardedMethodDefinition<S> {
   /** Decorator name for messages, e.g. `@WithLock`. */
@@ -33,6 +49,15 @@ export interface GuardedMethodDefinition<S> {
   guardFor(service: S, args: unknown[]): MethodGuard;
   /** What `LockInterceptor` answers on HTTP with this decorator's errors (its `retryAfter`). */
   http?: DecoratorHttpSettings;
+  /**
+   * `onBusy: 'skip'`: a call whose guard rejects with an error that `isBusy` (its lease held elsewhere)
+   * returns `undefined` without running — an Observable completes without a value — and `skipped`
+   * is told (a debug line, a metric). Any other error still rejects.
+   */
+  skipWhenBusy?: {
+    isBusy(error: unknown): boolean;
+    skipped(service: S, error: unknown, where: string): void;
+  };
 }
 
 /**
@@ -82,7 +107,14 @@ export function guardMethod<S>(
       );
     }
     const guard = markErrors(() => definition.guardFor(service, args), http);
-    return (signal) => markErrors(() => guard(signal), http);
+    const skip = definition.skipWhenBusy;
+    if (skip === undefined) return (signal) => markErrors(() => guard(signal), http);
+    return (signal) =>
+      markErrors(() => guard(signal), http).catch((error: unknown) => {
+        if (!skip.isBusy(error)) throw error;
+        skip.skipped(service, error, where);
+        return SKIPPED;
+      });
   }
 
   const wrapper = function (this: object, ...args: unknown[]): unknown {
@@ -100,6 +132,7 @@ export function guardMethod<S>(
 async function guardedCall(guardOf: () => MethodGuard, call: () => unknown): Promise<unknown> {
   const enter = guardOf();
   const ticket = await enter();
+  if (ticket === SKIPPED) return undefined;
   let result: unknown;
   try {
     result = await ticket.run(call);
@@ -121,8 +154,9 @@ function guardedObservable(guardOf: () => MethodGuard, call: () => ObservableInp
     let inner: { unsubscribe(): void } | undefined;
     // Entered synchronously on subscription (a promise's executor runs at once, and turns a throw
     // into a rejection), so that a subscription inside a holder joins its lease.
-    new Promise<HoldTicket<ChainLease>>((resolve) => resolve(guardOf()(abort.signal))).then(
+    new Promise<HoldTicket<ChainLease> | typeof SKIPPED>((resolve) => resolve(guardOf()(abort.signal))).then(
       (entered) => {
+        if (entered === SKIPPED) return subscriber.complete();
         ticket = entered;
         // Unsubscribed while waiting: a lease won at that moment is not wanted any more.
         if (subscriber.closed) return void entered.leave();

@@ -1,22 +1,30 @@
-import { InvalidArgumentError } from '../lock.errors.js';
+import { InvalidArgumentError, SemaphoreTimeoutError } from '../lock.errors.js';
 import { validateRetryAfter } from '../http/http-options.js';
 import {
+  type HoldOptions,
   type SemaphoreOptions,
+  splitHoldOptions,
   validateCallOptions,
   validateKey,
   validateLimit,
   validateLocalOptions,
 } from '../options/call-options.js';
 import { SemaphoreService } from '../semaphore.service.js';
-import { classNameOf, type GuardDecorator, guardMethod } from './guarded-method.js';
+import { classNameOf, type GuardDecorator, guardMethod, type OnBusy, validateOnBusy } from './guarded-method.js';
 
-export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
+export interface SemaphoreDecoratorOptions extends SemaphoreOptions, HoldOptions {
   /** Semaphore name; default `ClassName.methodName`. */
   name?: string;
   /** `'distributed'` (default): across every process on the store; `'local'`: inside this process. */
   scope?: 'distributed' | 'local';
   /** Seconds in `Retry-After` of its 503 on HTTP routes; default: the module's `retryAfter`. */
   retryAfter?: number;
+  /**
+   * When every permit is held: `'throw'` (default) rejects with `SemaphoreTimeoutError` (503 on a
+   * route); `'skip'` returns `undefined` without running the method, logged at debug level and
+   * counted (`nest_lock.skipped`) — the default `timeout` is then `0`, one attempt.
+   */
+  onBusy?: OnBusy;
 }
 
 /**
@@ -32,10 +40,13 @@ export interface SemaphoreDecoratorOptions extends SemaphoreOptions {
 export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}): GuardDecorator {
   validateLimit(limit);
   // Misspelt options — and options a local semaphore cannot honour — fail when the class is defined.
-  const decoratorOptionNames = ['name', 'scope', 'retryAfter'];
+  const decoratorOptionNames = ['name', 'scope', 'retryAfter', 'onBusy', 'holdAtLeast'];
   if (options.scope === 'local') validateLocalOptions(options, decoratorOptionNames);
   else validateCallOptions('semaphore', options, decoratorOptionNames);
-  const { name, scope = 'distributed', retryAfter, ...leaseOptions } = options;
+  const { name, scope = 'distributed', retryAfter, onBusy, ...leaseOptions } = options;
+  const skipWhenBusy = validateOnBusy(onBusy) === 'skip';
+  splitHoldOptions(leaseOptions);
+  if (skipWhenBusy) leaseOptions.timeout ??= 0;
   if (name !== undefined) validateKey('name', name);
   if (retryAfter !== undefined) validateRetryAfter(retryAfter);
   if (scope !== 'distributed' && scope !== 'local') {
@@ -54,6 +65,7 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
             : (signal) =>
                 semaphores.enter(semaphoreName, limit, { ...leaseOptions, signal: signal ?? leaseOptions.signal }),
         ...(retryAfter === undefined ? {} : { http: { retryAfter } }),
+        ...(skipWhenBusy ? { skipWhenBusy: skipWhenNoPermit } : {}),
       },
       target,
       propertyKey,
@@ -61,3 +73,10 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
     );
   };
 }
+
+/** `onBusy: 'skip'` for a semaphore: busy is a timeout while every permit was held (not a store's refusal). */
+const skipWhenNoPermit = {
+  isBusy: (error: unknown) => error instanceof SemaphoreTimeoutError && error.refusal === undefined,
+  skipped: (semaphores: SemaphoreService, error: unknown, where: string) =>
+    semaphores.skipped(where, error as SemaphoreTimeoutError),
+};

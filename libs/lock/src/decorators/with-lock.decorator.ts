@@ -1,13 +1,26 @@
 import { validateRetryAfter } from '../http/http-options.js';
-import { InvalidArgumentError } from '../lock.errors.js';
-import { type LockOptions, validateCallOptions } from '../options/call-options.js';
+import { InvalidArgumentError, LockTimeoutError } from '../lock.errors.js';
+import { type HoldOptions, type LockOptions, splitHoldOptions, validateCallOptions } from '../options/call-options.js';
 import { LockService } from '../lock.service.js';
-import { type GuardableMethod, type GuardDecorator, guardMethod } from './guarded-method.js';
+import {
+  type GuardableMethod,
+  type GuardDecorator,
+  guardMethod,
+  type OnBusy,
+  validateOnBusy,
+} from './guarded-method.js';
 import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
 
-export interface WithLockOptions extends LockOptions {
+export interface WithLockOptions extends LockOptions, HoldOptions {
   /** Seconds in `Retry-After` when the store fails on an HTTP route (503); default: the module's `retryAfter`. */
   retryAfter?: number;
+  /**
+   * When the lock is held elsewhere: `'throw'` (default) rejects with `LockTimeoutError` (409 on a
+   * route); `'skip'` returns `undefined` without running the method, logged at debug level and
+   * counted (`nest_lock.skipped`) — the default `timeout` is then `0`, one attempt. For jobs that one
+   * process runs and the others skip (a `@Cron` on every replica).
+   */
+  onBusy?: OnBusy;
 }
 
 /**
@@ -62,9 +75,12 @@ export function WithLock(keys: readonly KeyTemplate[], options?: WithLockOptions
 export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: WithLockOptions = {}): GuardDecorator {
   const keyOf = compileKeyTemplates(key);
   // Misspelt options fail when the class is defined, not on the first call.
-  validateCallOptions('lock', options, ['retryAfter']);
-  const { retryAfter, ...lockOptions } = options;
+  validateCallOptions('lock', options, ['retryAfter', 'onBusy', 'holdAtLeast']);
+  const { retryAfter, onBusy, ...lockOptions } = options;
   if (retryAfter !== undefined) validateRetryAfter(retryAfter);
+  const skipWhenBusy = validateOnBusy(onBusy) === 'skip';
+  splitHoldOptions(lockOptions);
+  if (skipWhenBusy) lockOptions.timeout ??= 0;
   return (target, propertyKey, descriptor) =>
     guardMethod(
       {
@@ -75,9 +91,16 @@ export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: Wit
           return (signal) => locks.enter(lockKey, { ...lockOptions, signal: signal ?? lockOptions.signal });
         },
         ...(retryAfter === undefined ? {} : { http: { retryAfter } }),
+        ...(skipWhenBusy ? { skipWhenBusy: skipWhenLockBusy } : {}),
       },
       target,
       propertyKey,
       descriptor,
     );
 }
+
+/** `onBusy: 'skip'` for a lock: busy is a timeout while another owner held the key (not a store's refusal). */
+const skipWhenLockBusy = {
+  isBusy: (error: unknown) => error instanceof LockTimeoutError && error.refusal === undefined,
+  skipped: (locks: LockService, error: unknown, where: string) => locks.skipped(where, error as LockTimeoutError),
+};

@@ -111,13 +111,21 @@ export function enterHold<L extends ChainLease>(
  * Runs `fn` holding the lease on `entry` (joined or new) and leaves afterwards, whatever `fn` did.
  * The one implementation of "reuse the lease the chain holds, else acquire, run, release".
  */
-export async function holdDuring<L extends ChainLease, H, T>(
+export function holdDuring<L extends ChainLease, H, T>(
   entry: HoldEntry,
   acquire: () => Promise<L>,
   fn: (handle: H) => T | Promise<T>,
   mayJoin?: (held: L) => void,
 ): Promise<T> {
-  const ticket = await enterHold(entry, acquire, mayJoin);
+  return runHolding(enterHold(entry, acquire, mayJoin), fn);
+}
+
+/** Runs `fn` as the holder of the ticket `entered` gives, and leaves afterwards, whatever `fn` did. */
+export async function runHolding<L extends ChainLease, H, T>(
+  entered: Promise<HoldTicket<L>>,
+  fn: (handle: H) => T | Promise<T>,
+): Promise<T> {
+  const ticket = await entered;
   try {
     return await ticket.run(() => fn(ticket.handle as H));
   } finally {

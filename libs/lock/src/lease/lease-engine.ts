@@ -3,15 +3,18 @@ import type { LockStore } from '../store/store.js';
 import type { LockTelemetry } from '../telemetry/telemetry.js';
 import { acquireAllIfFree, acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
 import { driftOf, HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
-import { enterHold, heldByChain, holdDuring, type HoldTicket } from './lease-chain.js';
+import { type ChainLease, enterHold, heldByChain, type HoldTicket, runHolding } from './lease-chain.js';
 import { LocalLines } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
 import { ReleaseRetries } from './release-retries.js';
+import { ScheduledLeaves } from './scheduled-leaves.js';
 import type { Watchdog } from './watchdog.js';
 
 /** One acquisition as a public method asks for it: the lease, and how it is kept once held. */
 export interface HoldCall<Request = unknown> extends LeaseCall<Request> {
   readonly keep: KeepPolicy;
+  /** Held by a routine: kept after it returned until this many ms since it started (`ScheduledLeaves`). */
+  readonly holdAtLeast?: number | undefined;
 }
 
 /**
@@ -24,6 +27,7 @@ export interface HoldCall<Request = unknown> extends LeaseCall<Request> {
 export class LeaseEngine implements LeaseKeeping {
   readonly releases = new ReleaseRetries();
   readonly lines = new LocalLines();
+  readonly leaves = new ScheduledLeaves();
 
   constructor(
     readonly store: LockStore,
@@ -88,12 +92,27 @@ export class LeaseEngine implements LeaseKeeping {
    * its holders gives it back), and gives it back afterwards, whatever `fn` did.
    */
   holdDuring<Request, Handle, T>(call: HoldCall<Request>, fn: (handle: Handle) => T | Promise<T>): Promise<T> {
-    return holdDuring(this.entryOf(call), () => this.acquireOrThrow(call), fn, this.mayJoin(call));
+    return runHolding(this.enter(call), fn);
   }
 
   /** Joins the lease the call chain holds, or waits for it, as a holder that must `leave()` (the decorators). */
-  enter<Request>(call: HoldCall<Request>): Promise<HoldTicket<HeldLease>> {
-    return enterHold(this.entryOf(call), () => this.acquireOrThrow(call), this.mayJoin(call));
+  async enter<Request>(call: HoldCall<Request>): Promise<HoldTicket<HeldLease>> {
+    const ticket = await enterHold(this.entryOf(call), () => this.acquireOrThrow(call), this.mayJoin(call));
+    return this.heldAtLeast(ticket, call.holdAtLeast, call.policy.ttl);
+  }
+
+  /** `ticket`, whose holder keeps its share after it is done until `holdAtLeast` ms (at most `ttl`) from now, if asked. */
+  heldAtLeast<L extends ChainLease>(
+    ticket: HoldTicket<L>,
+    holdAtLeast: number | undefined,
+    ttl: number,
+  ): HoldTicket<L> {
+    return holdAtLeast === undefined ? ticket : this.leaves.holdAtLeast(ticket, holdAtLeast, ttl);
+  }
+
+  /** A decorated call skipped because the lease of `kind` was held elsewhere (`onBusy: 'skip'`): counted. */
+  skipped(kind: LeaseKind): void {
+    this.telemetry.skipped(kind.name);
   }
 
   /** The leases of `kind` on `id` held in this process (by `token`, or by anybody without one), newest last. */

@@ -59,6 +59,23 @@ export interface LockOptions extends LeaseOptions {
   mode?: LockMode;
 }
 
+/** Options of a call that holds a lease around a routine: `withLock`, `withPermit`, the decorators. */
+export interface HoldOptions {
+  /**
+   * Keep the lease after the routine returned until this many ms have passed since it started (at
+   * most `ttl`), so that a second process firing the same schedule a little later finds it held and
+   * skips. The release is put off, not skipped: an application shutdown releases at once.
+   */
+  holdAtLeast?: number;
+}
+
+/** `options` without `holdAtLeast`, and `holdAtLeast` checked (a duration ≥ 0, or absent). */
+export function splitHoldOptions<O extends object>(options: O & HoldOptions): [O, number | undefined] {
+  if (!isPlainObject(options)) throw new InvalidArgumentError('options', 'must be an object');
+  const { holdAtLeast, ...rest } = options;
+  return [rest as O, holdAtLeast === undefined ? undefined : duration('holdAtLeast', holdAtLeast, 0)];
+}
+
 /** How a lock holds its key: alone (`'write'`) or beside other readers (`'read'`). */
 export type LockMode = 'write' | 'read';
 

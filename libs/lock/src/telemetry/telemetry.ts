@@ -28,6 +28,7 @@ interface Instruments {
   holdDuration: Histogram;
   timeouts: Counter;
   lostLeases: Counter;
+  skipped: Counter;
   waiters: UpDownCounter;
 }
 
@@ -76,6 +77,10 @@ export class LockTelemetry {
       lostLeases: meter.createCounter('nest_lock.leases.lost', {
         description: 'Leases lost while renewed or held by a scope (the ones onLockLost is told about)',
         unit: '{lease}',
+      }),
+      skipped: meter.createCounter('nest_lock.skipped', {
+        description: "Decorated calls that did not run because their lease was held elsewhere (onBusy: 'skip')",
+        unit: '{call}',
       }),
       waiters: meter.createUpDownCounter('nest_lock.waiters', {
         description: 'Callers of this process waiting for a lock or permit right now',
@@ -142,6 +147,11 @@ export class LockTelemetry {
         holdDuration.record(performance.now() - start, { 'nest_lock.kind': kind });
       },
     };
+  }
+
+  /** A decorated call of `kind` skipped: its lease was held elsewhere (`onBusy: 'skip'`). */
+  skipped(kind: string): void {
+    this.instruments?.skipped.add(1, { 'nest_lock.kind': kind });
   }
 
   leaseLost(error: LockLostError): void {
