@@ -4,6 +4,8 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { StampedeRun } from '../apps/demo/src/stampede/stampede.service.js';
+import type { JobRun } from '../apps/demo/src/storage/demo-storage.js';
+import { setTimeout as delay } from 'node:timers/promises';
 import { freePort, RedisServer } from './support/redis-server.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
@@ -53,6 +55,22 @@ describe('the demo on three processes', () => {
     ]);
     return JSON.parse(stdout) as { backendCalls: number; statuses: Record<string, number> };
   }
+
+  it('runs the scheduled price refresh on one of them per firing, the others skipping (/stats, /stats/jobs)', async () => {
+    // Started together, the three fire the schedule (every 3 s) at the same moments.
+    const runsNow = async () => (await (await fetch(`${urls[2]}/stats/jobs`)).json()) as JobRun[];
+    while ((await runsNow()).length < 3) await delay(250);
+    const runs = await runsNow();
+    const stats = (await (await fetch(`${urls[1]}/stats`)).json()) as Record<string, number>;
+
+    const firings = runs.map((run) => run.firing);
+    expect(new Set(firings).size).toBe(firings.length); // one run per firing
+    for (let i = 1; i < firings.length; i++) expect(firings[i - 1] - firings[i]).toBe(3_000); // none missed
+    expect(stats.priceRefreshRuns).toBeGreaterThanOrEqual(3);
+    // Each firing fired in all three: about two skips per run (a firing may be counted before its run).
+    expect(stats.priceRefreshFirings).toBeGreaterThanOrEqual(3 * stats.priceRefreshRuns - 3);
+    expect(stats.priceRefreshFirings).toBeLessThanOrEqual(3 * stats.priceRefreshRuns + 3);
+  }, 30_000);
 
   it('makes one backend call in total for 150 concurrent requests spread over them', async () => {
     const summary = await stampede('on');

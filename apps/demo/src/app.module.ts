@@ -1,4 +1,5 @@
 import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { ScheduleModule } from '@nestjs/schedule';
 import { Redis } from 'ioredis';
 import { LockModule } from 'nest-lock';
 import { CatalogueBackend } from './catalogue/catalogue-backend.js';
@@ -6,6 +7,7 @@ import { CatalogueController } from './catalogue/catalogue.controller.js';
 import { ProductsService } from './catalogue/products.service.js';
 import { ReportsService } from './catalogue/reports.service.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
+import { PriceRefreshJob } from './jobs/price-refresh.job.js';
 import { PageController } from './page/page.controller.js';
 import { StampedeController } from './stampede/stampede.controller.js';
 import { StampedeService } from './stampede/stampede.service.js';
@@ -19,7 +21,7 @@ export class AppModule implements OnApplicationShutdown {
   static register(config: DemoConfig): DynamicModule {
     return {
       module: AppModule,
-      imports: [LockModule.forRoot(config.redisUrl ? { redis: config.redisUrl } : {})],
+      imports: [ScheduleModule.forRoot(), LockModule.forRoot(config.redisUrl ? { redis: config.redisUrl } : {})],
       controllers: [PageController, CatalogueController, StatsController, StampedeController],
       providers: [
         { provide: DEMO_CONFIG, useValue: config },
@@ -32,6 +34,7 @@ export class AppModule implements OnApplicationShutdown {
         ProductsService,
         ReportsService,
         StampedeService,
+        PriceRefreshJob,
       ],
     };
   }

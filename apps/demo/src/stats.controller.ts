@@ -1,5 +1,5 @@
 import { Controller, Delete, Get, HttpCode, Inject } from '@nestjs/common';
-import { DemoStorage, type StatName } from './storage/demo-storage.js';
+import { DemoStorage, type JobRun, type StatName } from './storage/demo-storage.js';
 
 /** What happened so far: on Redis, summed over every demo process. */
 @Controller('stats')
@@ -9,6 +9,12 @@ export class StatsController {
   @Get()
   stats(): Promise<Record<StatName, number>> {
     return this.storage.stats();
+  }
+
+  /** The latest runs of the scheduled price refresh, newest first: one per firing, across every process. */
+  @Get('jobs')
+  jobRuns(): Promise<JobRun[]> {
+    return this.storage.jobRuns();
   }
 
   @Delete()

@@ -41,6 +41,20 @@ each over its own connection: a browser would send only a few at a time to one h
 <div class="panels">
 ${['on', 'off'].map(panel).join('')}
 </div>
+<h2>A scheduled job on one process</h2>
+<p>Every demo process fires the "nightly" price refresh at the same moments (every 3 seconds here:
+<code>@Cron('*/3 * * * * *')</code>). <code>@WithLock('demo:price-refresh', { onBusy: 'skip', holdAtLeast: 1_500 })</code>
+lets one process run each firing; the others skip it quietly. Start several demo processes on one
+<code>REDIS_URL</code> to see it.</p>
+<div class="figures" id="job">
+  <div><div class="figure" id="job-fired">–</div><div class="label">firings, all processes</div></div>
+  <div><div class="figure" id="job-ran">–</div><div class="label">runs</div></div>
+  <div><div class="figure" id="job-skipped">–</div><div class="label">skipped</div></div>
+</div>
+<table id="job-runs">
+  <thead><tr><th>firing</th><th>run by</th></tr></thead>
+  <tbody></tbody>
+</table>
 <h2>Recent runs</h2>
 <table id="history">
   <thead><tr><th>lock</th><th>product</th><th>processes</th><th>backend calls</th><th>statuses</th><th>p50</th><th>p99</th></tr></thead>
@@ -128,11 +142,31 @@ async function offerSpread() {
   $('#spread-control').hidden = false;
 }
 
+async function showJob() {
+  try {
+    const [stats, runs] = await Promise.all([(await fetch('/stats')).json(), (await fetch('/stats/jobs')).json()]);
+    $('#job-fired').textContent = stats.priceRefreshFirings;
+    $('#job-ran').textContent = stats.priceRefreshRuns;
+    $('#job-skipped').textContent = stats.priceRefreshFirings - stats.priceRefreshRuns;
+    const body = $('#job-runs tbody');
+    body.replaceChildren(...runs.slice(0, 6).map((run) => {
+      const row = document.createElement('tr');
+      row.appendChild(document.createElement('td')).textContent = new Date(run.firing).toLocaleTimeString();
+      row.appendChild(document.createElement('td')).textContent = run.by;
+      return row;
+    }));
+  } catch {
+    // The next poll tries again.
+  }
+}
+
 $('#lock').addEventListener('change', showLockLabel);
 $('#fire').addEventListener('click', () => fire($('#lock').checked ? 'on' : 'off'));
 $('#fire-both').addEventListener('click', () => fire('both'));
 showLockLabel();
 void offerSpread();
+void showJob();
+setInterval(showJob, 1500);
 </script>
 </body>
 </html>

@@ -15,22 +15,42 @@ export interface DemoStorage {
   countLoad(productId: number): Promise<void>;
   loadsOf(productId: number): Promise<number>;
   resetLoadsOf(productId: number): Promise<void>;
+  /** A run of the scheduled price refresh: which firing of the schedule, and which process ran it. */
+  recordJobRun(run: JobRun): Promise<void>;
+  /** The latest runs, newest first (at most `KEEP_JOB_RUNS`). */
+  jobRuns(): Promise<JobRun[]>;
   close(): Promise<void>;
 }
 
+export interface JobRun {
+  /** The firing's moment, ms since the epoch. */
+  firing: number;
+  by: string;
+}
+
+export const KEEP_JOB_RUNS = 20;
+
 export const DemoStorage = Symbol('DemoStorage');
 
-export const STAT_NAMES = ['backendCalls', 'cacheHits', 'cacheMisses', 'lockWaits'] as const;
+export const STAT_NAMES = [
+  'backendCalls',
+  'cacheHits',
+  'cacheMisses',
+  'lockWaits',
+  'priceRefreshFirings',
+  'priceRefreshRuns',
+] as const;
 export type StatName = (typeof STAT_NAMES)[number];
 
 function zeroStats(): Record<StatName, number> {
-  return { backendCalls: 0, cacheHits: 0, cacheMisses: 0, lockWaits: 0 };
+  return Object.fromEntries(STAT_NAMES.map((name) => [name, 0])) as Record<StatName, number>;
 }
 
 export class MemoryDemoStorage implements DemoStorage {
   private readonly cache = new Map<string, { value: string; expiresAt: number }>();
   private counters = zeroStats();
   private readonly loads = new Map<number, number>();
+  private runs: JobRun[] = [];
 
   async getCached(key: string): Promise<string | undefined> {
     const entry = this.cache.get(key);
@@ -71,6 +91,14 @@ export class MemoryDemoStorage implements DemoStorage {
     this.loads.delete(productId);
   }
 
+  async recordJobRun(run: JobRun): Promise<void> {
+    this.runs = [run, ...this.runs].slice(0, KEEP_JOB_RUNS);
+  }
+
+  async jobRuns(): Promise<JobRun[]> {
+    return [...this.runs];
+  }
+
   async close(): Promise<void> {
     this.cache.clear();
     this.loads.clear();
@@ -78,6 +106,7 @@ export class MemoryDemoStorage implements DemoStorage {
 }
 
 const STATS_KEY = 'demo:stats';
+const JOB_RUNS_KEY = 'demo:job-runs';
 /** Long enough to read after a stampede; short enough that counts of products nobody watches go away. */
 const LOADS_TTL_SECONDS = 600;
 
@@ -125,6 +154,18 @@ export class RedisDemoStorage implements DemoStorage {
 
   async resetLoadsOf(productId: number): Promise<void> {
     await this.redis.del(`demo:loads:${productId}`);
+  }
+
+  async recordJobRun(run: JobRun): Promise<void> {
+    await this.redis
+      .multi()
+      .lpush(JOB_RUNS_KEY, JSON.stringify(run))
+      .ltrim(JOB_RUNS_KEY, 0, KEEP_JOB_RUNS - 1)
+      .exec();
+  }
+
+  async jobRuns(): Promise<JobRun[]> {
+    return (await this.redis.lrange(JOB_RUNS_KEY, 0, -1)).map((entry) => JSON.parse(entry) as JobRun);
   }
 
   async close(): Promise<void> {
