@@ -45,6 +45,12 @@ class OrdersController {
     return { id, shipped: true };
   }
 
+  @Post(':id/refresh')
+  @WithLock('order:{0}', { onBusy: 'skip' })
+  async refresh(@Param('id') id: string) {
+    return { id, refreshed: true };
+  }
+
   @Post('by-body')
   @WithLock('order:{0.orderId}')
   async byBody(@Body() body: { orderId?: string }) {
@@ -120,6 +126,17 @@ describe.each(STORE_KINDS)('@WithLock and @Semaphore over HTTP, on the %s store'
     expect(response.body).toMatchObject({ statusCode: 409, code: 'LOCK_TIMEOUT', key: 'order:7' });
     await held.unlock();
     expect((await request(http()).post('/orders/7/ship')).status).toBe(201);
+  });
+
+  it("answers 201 with an empty body, without running the handler, when onBusy: 'skip' finds the lock held", async () => {
+    const held = await locks.lock('order:8');
+
+    const skipped = await request(http()).post('/orders/8/refresh');
+
+    expect(skipped.status).toBe(201);
+    expect(skipped.text).toBe('');
+    await held.unlock();
+    expect((await request(http()).post('/orders/8/refresh')).body).toEqual({ id: '8', refreshed: true });
   });
 
   it('lets two of three concurrent requests through @Semaphore(2) and answers 503 with Retry-After', async () => {

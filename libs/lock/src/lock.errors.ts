@@ -17,7 +17,7 @@ export abstract class LockError extends Error {
     this.name = new.target.name;
   }
 
-  /** `LockBackendError [BACKEND_UNAVAILABLE]: …`: a log that prints the error (a scheduler's) shows its code. */
+  /** `LockBackendError [BACKEND_UNAVAILABLE]: …`: a log line built from the error as text shows its code. */
   override toString(): string {
     return `${this.name} [${this.code}]: ${this.message}`;
   }
