@@ -393,6 +393,7 @@ describe.each(STORE_KINDS)('skip when busy and hold at least, on the %s store', 
       code: 'INVALID_ARGUMENT',
       argument: 'holdAtLeast',
     });
+    expect(await locks(0).withLock('k', () => 1, { holdAtLeast: undefined })).toBe(1); // absent, as if not given
     // A bare lock() is released by its holder: holdAtLeast is not one of its options.
     await expect(locks(0).lock('k', { holdAtLeast: 100 } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
   });

@@ -96,9 +96,11 @@ export class LeaseEngine implements LeaseKeeping {
   }
 
   /** Joins the lease the call chain holds, or waits for it, as a holder that must `leave()` (the decorators). */
-  async enter<Request>(call: HoldCall<Request>): Promise<HoldTicket<HeldLease>> {
-    const ticket = await enterHold(this.entryOf(call), () => this.acquireOrThrow(call), this.mayJoin(call));
-    return this.heldAtLeast(ticket, call.holdAtLeast, call.policy.ttl);
+  enter<Request>(call: HoldCall<Request>): Promise<HoldTicket<HeldLease>> {
+    const entered = enterHold(this.entryOf(call), () => this.acquireOrThrow(call), this.mayJoin(call));
+    const { holdAtLeast, policy } = call;
+    if (holdAtLeast === undefined) return entered;
+    return entered.then((ticket) => this.leaves.holdAtLeast(ticket, holdAtLeast, policy.ttl));
   }
 
   /** `ticket`, whose holder keeps its share after it is done until `holdAtLeast` ms (at most `ttl`) from now, if asked. */

@@ -72,6 +72,7 @@ export interface HoldOptions {
 /** `options` without `holdAtLeast`, and `holdAtLeast` checked (a duration ≥ 0, or absent). */
 export function splitHoldOptions<O extends object>(options: O & HoldOptions): [O, number | undefined] {
   if (!isPlainObject(options)) throw new InvalidArgumentError('options', 'must be an object');
+  if (!('holdAtLeast' in options)) return [options, undefined]; // no copy on the common path
   const { holdAtLeast, ...rest } = options;
   return [rest as O, holdAtLeast === undefined ? undefined : duration('holdAtLeast', holdAtLeast, 0)];
 }
