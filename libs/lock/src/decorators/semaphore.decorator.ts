@@ -45,7 +45,7 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
   else validateCallOptions('semaphore', options, decoratorOptionNames);
   const { name, scope = 'distributed', retryAfter, onBusy, ...leaseOptions } = options;
   const skipWhenBusy = validateOnBusy(onBusy) === 'skip';
-  splitHoldOptions(leaseOptions);
+  splitHoldOptions(leaseOptions); // checks holdAtLeast when the class is defined; each call splits it off
   if (skipWhenBusy) leaseOptions.timeout ??= 0;
   if (name !== undefined) validateKey('name', name);
   if (retryAfter !== undefined) validateRetryAfter(retryAfter);

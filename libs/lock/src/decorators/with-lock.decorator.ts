@@ -79,7 +79,7 @@ export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: Wit
   const { retryAfter, onBusy, ...lockOptions } = options;
   if (retryAfter !== undefined) validateRetryAfter(retryAfter);
   const skipWhenBusy = validateOnBusy(onBusy) === 'skip';
-  splitHoldOptions(lockOptions);
+  splitHoldOptions(lockOptions); // checks holdAtLeast when the class is defined; each call splits it off
   if (skipWhenBusy) lockOptions.timeout ??= 0;
   return (target, propertyKey, descriptor) =>
     guardMethod(

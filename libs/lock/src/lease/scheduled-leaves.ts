@@ -11,8 +11,8 @@ export class ScheduledLeaves {
   private closing = false;
 
   /**
-   * `ticket`, whose `leave()` leaves no sooner than `ms` after now (the routine's start), and no
-   * later than that even when `ms` exceeds `ttl`: the lease is never kept longer than its `ttl` for it.
+   * `ticket`, whose `leave()` leaves no sooner than `ms` after now (the routine's start), and never
+   * more than `ttl` after now: a lease is not kept past its `ttl` for `holdAtLeast`.
    */
   holdAtLeast<L extends ChainLease>(ticket: HoldTicket<L>, ms: number, ttl: number): HoldTicket<L> {
     const until = performance.now() + Math.min(ms, ttl);
