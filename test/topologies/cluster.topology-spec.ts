@@ -115,8 +115,10 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
     let mate = 1;
     while (slotOf(`${base}:${mate}`) !== slotOf(first)) mate++;
     const sameSlot = [first, `${base}:${mate}`];
-    const elsewhere = uniqueKey('other-slot');
     const { port } = await topology.primaryFor(`{${first}}`);
+    // The other key lives on another primary, so that its own SET is not counted with the slot's.
+    let elsewhere = uniqueKey('other-slot');
+    while ((await topology.primaryFor(`{${elsewhere}}`)).port === port) elsewhere = uniqueKey('other-slot');
     const callsOf = async (name: string) => {
       const stats = parseInfo(await command(port, ['INFO', 'commandstats']));
       return Number(/calls=(\d+)/.exec(stats[`cmdstat_${name}`] ?? '')?.[1] ?? 0);
