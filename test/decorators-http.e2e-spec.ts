@@ -4,8 +4,9 @@ import { Test } from '@nestjs/testing';
 import { LockModule, LockService, Semaphore, WithLock } from 'nest-lock';
 import type { Server } from 'node:http';
 import { setTimeout as delay } from 'node:timers/promises';
-import { map, type Observable, timer } from 'rxjs';
+import { defer, from, map, type Observable } from 'rxjs';
 import request from 'supertest';
+import { deferred } from './support/deferred.js';
 import { STORE_KINDS } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
 
@@ -28,6 +29,8 @@ class Occupancy {
 }
 
 const occupancy = new Occupancy();
+/** The Observable handler's moments, in the test's hands: subscribed (the method has returned), and when it completes. */
+let stream = { subscribed: deferred(), completes: deferred() };
 
 @Controller('orders')
 class OrdersController {
@@ -73,7 +76,10 @@ class OrdersController {
   @Get(':id/events')
   @WithLock('order:{0}')
   events(@Param('id') id: string): Observable<{ id: string }> {
-    return timer(300).pipe(map(() => ({ id })));
+    return defer(() => {
+      stream.subscribed.resolve();
+      return from(stream.completes.promise);
+    }).pipe(map(() => ({ id })));
   }
 }
 
@@ -186,11 +192,14 @@ describe.each(STORE_KINDS)('@WithLock and @Semaphore over HTTP, on the %s store'
   });
 
   it('holds the lock of an Observable handler until the Observable completes', async () => {
+    stream = { subscribed: deferred(), completes: deferred() };
     const pending = request(http())
       .get(`/orders/${kind}-stream/events`)
       .then((response) => response);
-    await delay(150);
+    await stream.subscribed.promise;
+    await delay(100); // a lock released when the method returned would be free by now
     expect(await locks.isLocked(`order:${kind}-stream`)).toBe(true);
+    stream.completes.resolve();
 
     const response = await pending;
     expect(response.status).toBe(200);

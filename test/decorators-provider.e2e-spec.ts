@@ -159,25 +159,29 @@ describe.each(STORE_KINDS)('@WithLock and @Semaphore on provider methods, on the
 
   it('returns a declared Observable that takes the lock on subscription and holds it until completion', async () => {
     const sku = uniqueKey('sku');
-    const feed = inventory.feed(sku, 3);
+    const feed = inventory.feed(sku, 5);
     expect(isObservable(feed)).toBe(true);
     expect(await locks.isLocked(`feed:${sku}`)).toBe(false);
 
     const ticks: number[] = [];
-    const done = new Promise<void>((complete) => feed.subscribe({ next: (tick) => ticks.push(tick), complete }));
-    await delay(45);
+    const firstTick = deferred();
+    const done = new Promise<void>((complete) =>
+      feed.subscribe({ next: (tick) => (ticks.push(tick), firstTick.resolve()), complete }),
+    );
+    await firstTick.promise; // four more ticks, 30 ms apart, before it completes
     expect(await locks.isLocked(`feed:${sku}`)).toBe(true);
 
     await done;
     // The release is sent when the Observable completes, before this check on the same connection.
-    expect(ticks).toEqual([0, 1, 2]);
+    expect(ticks).toEqual([0, 1, 2, 3, 4]);
     expect(await locks.isLocked(`feed:${sku}`)).toBe(false);
   });
 
   it('releases the lock of an Observable that is unsubscribed early', async () => {
     const sku = uniqueKey('sku');
-    const subscription = inventory.feed(sku, 100).subscribe();
-    await delay(60);
+    const firstTick = deferred();
+    const subscription = inventory.feed(sku, 100).subscribe(() => firstTick.resolve());
+    await firstTick.promise;
     expect(await locks.isLocked(`feed:${sku}`)).toBe(true);
 
     subscription.unsubscribe();
