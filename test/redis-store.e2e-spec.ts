@@ -182,6 +182,28 @@ describe('LockService on Redis', () => {
     }
   });
 
+  it('refuses on Redlock an expire(ttl) above the quarantine before sending it, and renews the lease as before', async () => {
+    const other = await bootLockModule({
+      redlock: { nodes: [app.server!.url], quarantine: 400 },
+      defaults: { ttl: 300 },
+    });
+    try {
+      const key = uniqueKey('expire-above-quarantine');
+      const lock = await other.locks.lock(key, { timeout: 2_000, autoExtend: true }); // waits out the quarantine
+      await expect(lock.expire(1_000)).rejects.toThrow(/redlock.quarantine/);
+      await expect(other.locks.expire(key, lock.token, 1_000)).rejects.toBeInstanceOf(InvalidArgumentError);
+      expect(await lock.expire()).toBe(true); // its ttl is still the one it was taken with
+
+      await delay(900); // three leases long: only the watchdog's renewals keep it
+      expect(lock.signal.reason).toBeUndefined();
+      expect(lock.validity).toBeGreaterThan(0);
+      expect(await other.locks.isLocked(key)).toBe(true);
+      expect(await lock.unlock()).toBe(true);
+    } finally {
+      await closeLockApp(other);
+    }
+  });
+
   describe('bad input', () => {
     it('rejects before sending anything to Redis', async () => {
       const monitor = await redis.monitor();

@@ -203,6 +203,8 @@ export class HeldLease implements WatchedLease {
    */
   async expire(ttl: number = this.leaseTtl): Promise<boolean> {
     validateLeaseTtl(ttl, (lease) => driftOf(this.keeping.store, lease));
+    // Refused here, not by the store after it became `leaseTtl`: every renewal would then be refused.
+    this.keeping.store.checkTtl?.(ttl);
     while (this.extension !== undefined) await this.extension;
     if (this.state !== 'held') return false;
     this.leaseTtl = ttl;

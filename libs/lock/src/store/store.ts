@@ -128,6 +128,12 @@ export interface LockStore {
    */
   clockDrift?(ttl: number): number;
 
+  /**
+   * Refuses with `InvalidArgumentError` a lease length this store cannot keep safely (Redlock: one
+   * longer than its quarantine), before anything is sent. A store without a limit has no such method.
+   */
+  checkTtl?(ttl: number): void;
+
   /** Releases what the store opened (connections it created, timers); idempotent. */
   close(): Promise<void>;
 }

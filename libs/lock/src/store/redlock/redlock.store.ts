@@ -377,7 +377,7 @@ export class RedlockStore implements LockStore {
     return ttl - (performance.now() - start) - this.clockDrift(ttl);
   }
 
-  private checkTtl(ttl: number): void {
+  checkTtl(ttl: number): void {
     const { quarantine } = this.options;
     if (quarantine > 0 && ttl > quarantine) {
       throw new InvalidArgumentError(
