@@ -1,8 +1,9 @@
-import { describe, expect, it } from '@jest/globals';
+import { afterEach, beforeEach, describe, expect, it } from '@jest/globals';
 import type { LoggerService } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { InvalidArgumentError, LockModule, type LockModuleOptions, LockService } from 'nest-lock';
+import { Test, type TestingModule } from '@nestjs/testing';
+import { InvalidArgumentError, LockLostError, LockModule, type LockModuleOptions, LockService } from 'nest-lock';
 import { useRedisServer } from './support/redis-server.js';
+import { busyWait } from './support/timing.js';
 
 /** The contexts nest-lock logs under; Nest's own lines (InstanceLoader, …) are left out. */
 const LOCK_CONTEXTS = new Set(['LockModule', 'LockService', 'nest-lock']);
@@ -116,6 +117,60 @@ describe('the logger option', () => {
     expect(lockLogger.lines).toEqual([
       { level: 'warn', message: expect.stringContaining('process-local'), context: 'LockModule' },
     ]);
+  });
+
+  describe('a logger that throws (a closed stream, a failing transport)', () => {
+    const failing: LoggerService = {
+      log: () => undefined,
+      error: () => undefined,
+      debug: () => undefined,
+      warn: () => {
+        throw new Error('log stream closed');
+      },
+    };
+    const lost: LockLostError[] = [];
+    let module: TestingModule;
+    let locks: LockService;
+    beforeEach(async () => {
+      lost.length = 0;
+      const onLockLost = (error: LockLostError) => void lost.push(error);
+      module = await Test.createTestingModule({
+        imports: [LockModule.forRoot({ store: 'memory', logger: failing, onLockLost })],
+      }).compile();
+      locks = module.get(LockService);
+    });
+    afterEach(() => module.close());
+
+    it('does not stop forceUnlock, which frees the key and tells the holder', async () => {
+      const lock = await locks.lock('forced', { autoExtend: true });
+      expect(await locks.forceUnlock('forced')).toBe(true);
+      expect(await locks.isLocked('forced')).toBe(false);
+      expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST', reason: 'taken' });
+    });
+
+    it('does not stop the watchdog telling a lost lease (no uncaught exception from its timer)', async () => {
+      const lock = await locks.lock('blocked', { ttl: 100, autoExtend: true });
+      busyWait(150); // the event loop blocked past the lease: the watchdog finds it lost
+      await until(() => lock.signal.aborted, 'the lease to be found lost');
+      expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST', reason: 'expired' });
+      expect(lost).toEqual([lock.signal.reason]);
+    });
+
+    it("does not turn withLock's failed release into a rejection over fn's result", async () => {
+      const onRedis = await Test.createTestingModule({
+        imports: [LockModule.forRoot({ redis: server().url, commandTimeout: 300, logger: failing })],
+      }).compile();
+      try {
+        const result = await onRedis.get(LockService).withLock('released-in-outage', async () => {
+          await server().kill(); // its release fails
+          return 'done';
+        });
+        expect(result).toBe('done');
+      } finally {
+        await server().restart();
+        await onRedis.close();
+      }
+    });
   });
 
   it.each([

@@ -12,14 +12,30 @@ const SILENT: LockLogger = { debug: () => undefined, log: () => undefined, warn:
 /**
  * The module's `logger` option as nest-lock uses it: Nest's own `Logger` when none was given (so
  * the application's logger settings apply), the user's `LoggerService` with `context` passed as
- * Nest passes it (last argument), or nothing at all with `false`.
+ * Nest passes it (last argument), or nothing at all with `false`. A logger that throws (a closed
+ * stream, a failing transport) is ignored: logging never changes what the call that logs does.
  */
 export function createLockLogger(option: LoggerService | false | undefined, context: string): LockLogger {
   if (option === false) return SILENT;
-  if (option === undefined) return new Logger(context);
+  const logger: LockLogger =
+    option === undefined
+      ? new Logger(context)
+      : {
+          debug: (message) => void option.debug?.(message, context),
+          log: (message) => void option.log(message, context),
+          warn: (message) => void option.warn(message, context),
+        };
   return {
-    debug: (message) => void option.debug?.(message, context),
-    log: (message) => void option.log(message, context),
-    warn: (message) => void option.warn(message, context),
+    debug: (message) => tolerate(() => logger.debug(message)),
+    log: (message) => tolerate(() => logger.log(message)),
+    warn: (message) => tolerate(() => logger.warn(message)),
   };
+}
+
+function tolerate(write: () => unknown): void {
+  try {
+    write();
+  } catch {
+    // The line is lost; the lease, the release or the timer that logged it goes on.
+  }
 }
