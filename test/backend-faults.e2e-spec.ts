@@ -295,6 +295,52 @@ describe('reply errors from Redis', () => {
 });
 
 /**
+ * A single attempt (`tryLock`, `timeout: 0`) that Redis does not answer fails after that one attempt: its
+ * lost command is undone by a release sent after it, and no second attempt follows (an outside review
+ * saw two or three commands, and two or three command timeouts, for one attempt).
+ */
+describe('one attempt on a frozen Redis', () => {
+  const app = useLockApp('redis', { commandTimeout: COMMAND_TIMEOUT });
+  const admin = useRedisClient(() => app().server!);
+
+  it('sends one attempt, rejects with BACKEND_UNAVAILABLE and leaves nothing held', async () => {
+    const [key, first, second] = [uniqueKey('one-try'), uniqueKey('one-try-a'), uniqueKey('one-try-b')];
+    const locks = app().locks;
+    await (await locks.lock([first, second])).unlock(); // the scripts are cached
+    // What the module's connections send (not what runs inside scripts): one attempt is a lock's
+    // one-command `SET NX`, or its step for several keys (`EVALSHA`); undoing one is an `EVAL`.
+    const monitor = await admin().monitor();
+    const sent: string[] = [];
+    monitor.on('monitor', (_time: string, [command]: string[], source: string) => {
+      if (!source.startsWith('lua') && command !== 'info' && command !== 'exists') sent.push(command);
+    });
+    const outcomes: unknown[] = [];
+    app().server!.pause();
+    try {
+      for (const call of [
+        () => locks.tryLock(key),
+        () => locks.lock(key, { timeout: 0 }),
+        () => locks.withLock(key, () => 'ran', { timeout: 0 }),
+        () => locks.tryLock([first, second]),
+      ]) {
+        outcomes.push(await call().catch((error: unknown) => error));
+      }
+    } finally {
+      app().server!.resume();
+    }
+
+    for (const outcome of outcomes) {
+      expect(outcome).toBeInstanceOf(LockBackendError);
+      expect(outcome).toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+    }
+    const held = async (each: string) => (await admin().exists(`lock:{${each}}`)) > 0; // no command of the module
+    for (const each of [key, first, second]) expect(await freedWithin(() => held(each), 2_000)).toBe(true);
+    monitor.disconnect();
+    expect(sent).toEqual(['set', 'eval', 'set', 'eval', 'set', 'eval', 'evalsha', 'eval', 'eval']);
+  });
+});
+
+/**
  * A release that fails during a short outage is tried again until the lease would have run out, so the
  * key comes back soon after Redis does, not a whole ttl later (found by the fault suite).
  */

@@ -243,7 +243,8 @@ export class LockService implements OnModuleDestroy {
     // ttl), then kept as the caller asked.
     const renewed = { autoExtend: true, reportLoss: keep.reportLoss };
     const leases = await takeInOrder(runs, timeout, {
-      all: (run) => this.engine.acquireAllIfFree(run.map((id) => ({ ...callFor(id, timeout), keep: renewed }))),
+      all: (run, timeLeft) =>
+        this.engine.acquireAllIfFree(run.map((id) => ({ ...callFor(id, timeLeft), keep: renewed }))),
       one: (id, timeLeft) => this.engine.acquireOrThrow({ ...callFor(id, timeLeft), keep: renewed }),
       giveBack: (lease) => lease.releaseQuietly(),
     });
@@ -265,7 +266,7 @@ export class LockService implements OnModuleDestroy {
     for (const id of runs.flat()) this.engine.refuseUnjoinable(callFor(id, timeout));
     const start = performance.now();
     const tickets = await takeInOrder(runs, timeout, {
-      all: (run) => this.engine.enterAllIfFree(run.map((id) => callFor(id, timeout))),
+      all: (run, timeLeft) => this.engine.enterAllIfFree(run.map((id) => callFor(id, timeLeft))),
       one: (id, timeLeft) => this.engine.enter(callFor(id, timeLeft)),
       giveBack: (ticket) => ticket.leave(),
     });

@@ -39,7 +39,7 @@ export async function acquireLease<Request>(
   const token = call.policy.token ?? createOwnerToken();
   const line = lineOf(call.kind, call.id);
   if (!lines.contended(line) && !keeping.watchdog.holds(call.kind, call.id)) {
-    const taken = await takeIfFree(keeping.store, call, [call.id], token);
+    const taken = await takeIfFree(keeping.store, call, [call.id], token, start + call.policy.timeout);
     if (taken !== undefined) return taken;
   }
   lines.arrive(line);
@@ -54,14 +54,16 @@ export async function acquireLease<Request>(
  * The store's one-command acquisition of free leases (`LockStore.acquireIfFree`, or for several ids
  * `acquireAllIfFree`, all or none), for a caller with nobody of this process ahead of it: no turn,
  * line or timer. `undefined` when they were not taken (or the store has no such command): the caller
- * waits in line as usual. A failure to reach the store is left to the wait loop, which retries it;
- * if the lost reply took a lease, its first attempt finds the lease its own.
+ * waits in line as usual. A failure to reach the store before `deadline` is left to the wait loop,
+ * which retries it; if the lost reply took a lease, its first attempt finds the lease its own. At
+ * or after `deadline` (`timeout: 0`: one attempt, this one) the failure is the caller's.
  */
 async function takeIfFree<Request>(
   store: LockStore,
   { kind, request, policy }: Omit<LeaseCall<Request>, 'id'>,
   ids: readonly string[],
   token: string,
+  deadline: number,
 ): Promise<LeaseGrant | undefined> {
   const take =
     ids.length === 1
@@ -84,8 +86,11 @@ async function takeIfFree<Request>(
     if (error instanceof LockBackendError && error.transient) {
       // Unanswered (a frozen server, a lost reply): the command may still run. One key's wait loop
       // finds it its own at its first attempt; several keys' step may take keys the one-by-one wait
-      // never reaches (it gives up at the first), so they are given back after it, on the same connection.
-      if (ids.length > 1) void giveBack();
+      // never reaches (it gives up at the first), and a caller out of time makes no attempt after
+      // this one: what it may take is given back after it, on the same connection.
+      const attemptsAgain = performance.now() < deadline;
+      if (ids.length > 1 || !attemptsAgain) void giveBack();
+      if (!attemptsAgain) throw error;
       return undefined;
     }
     throw error;
@@ -115,7 +120,7 @@ export function acquireAllIfFree<Request>(
   if (ids.some((id) => lines.contended(lineOf(kind, id)) || watchdog.holds(kind, id))) {
     return Promise.resolve(undefined);
   }
-  return takeIfFree(store, calls[0], ids, token);
+  return takeIfFree(store, calls[0], ids, token, performance.now() + calls[0].policy.timeout);
 }
 
 /** Whether a lease of `leaseMs` on `store` that began no earlier than `sentAt` still runs by this process's clock. */

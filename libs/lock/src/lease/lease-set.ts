@@ -43,8 +43,11 @@ export function takenTogether(keys: readonly string[], takesTogether: (a: string
 
 /** How `takeInOrder` takes leases: a run of keys all at once when all are free, else one key. */
 export interface TakeSteps<L> {
-  /** The leases of every key of `run`, all free, in one step; `undefined` when that did not take them (none taken). */
-  all(run: readonly string[]): Promise<L[] | undefined>;
+  /**
+   * The leases of every key of `run`, all free, in one step; `undefined` when that did not take them
+   * (none taken). `timeLeft` as for `one`: with none left, a failure to reach the store is thrown.
+   */
+  all(run: readonly string[], timeLeft: number): Promise<L[] | undefined>;
   /** The lease of `key`, waiting at most `timeLeft` ms for it. */
   one(key: string, timeLeft: number): Promise<L>;
   /** Gives a lease back; must not throw. */
@@ -61,10 +64,11 @@ export async function takeInOrder<L>(runs: readonly string[][], timeout: number,
   const start = performance.now();
   const taken: L[] = [];
   try {
+    const timeLeft = () => Math.max(0, timeout - (performance.now() - start));
     for (const run of runs) {
-      const all = run.length > 1 ? await steps.all(run) : undefined;
+      const all = run.length > 1 ? await steps.all(run, timeLeft()) : undefined;
       if (all !== undefined) taken.push(...all);
-      else for (const key of run) taken.push(await steps.one(key, Math.max(0, timeout - (performance.now() - start))));
+      else for (const key of run) taken.push(await steps.one(key, timeLeft()));
     }
     return taken;
   } catch (error) {
