@@ -388,6 +388,19 @@ describe('app.close() while a withLock routine is in flight', () => {
     expect(performance.now() - routineEndedAt).toBeLessThan(3_000);
   });
 
+  it('does not wait for a bare lock or permit renewed with autoExtend: no routine will release it', async () => {
+    const app = await bootLockModule({ redis: server().url });
+    const key = uniqueKey('leader');
+    await app.locks.lock(key, { autoExtend: true });
+    await app.semaphores.acquire(uniqueKey('worker-slots'), 2, { autoExtend: true });
+
+    const started = performance.now();
+    await app.module.close();
+    // The grace for routines is 5 s: a close that waited for these two took all of it.
+    expect(performance.now() - started).toBeLessThan(2_500);
+    expect(await redis().pttl(lockKeyOf(key))).toBeGreaterThan(0); // not released: it runs out on its own
+  });
+
   it('gives the lock back even when its release meets an empty script cache (NOSCRIPT, then EVAL) as the app closes', async () => {
     const app = await bootLockModule({ redis: server().url });
     const key = uniqueKey('nightly-cold');

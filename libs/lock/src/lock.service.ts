@@ -241,7 +241,7 @@ export class LockService implements OnModuleDestroy {
     const start = performance.now();
     // The keys taken first are renewed while the next ones are waited for (a wait may outlast their
     // ttl), then kept as the caller asked.
-    const renewed = { autoExtend: true, reportLoss: keep.reportLoss };
+    const renewed = { ...keep, autoExtend: true };
     const leases = await takeInOrder(runs, timeout, {
       all: (run, timeLeft) =>
         this.engine.acquireAllIfFree(run.map((id) => ({ ...callFor(id, timeLeft), keep: renewed }))),

@@ -26,12 +26,14 @@ export interface LeaseGrant {
   sentAt: number;
 }
 
-/** How a lease is kept: renewed by the watchdog or not, and whether its loss is reported. */
+/** How a lease is kept: renewed by the watchdog or not, whether its loss is reported, who releases it. */
 export interface KeepPolicy {
   /** Set for good once holders outlive the one that took the lease (`keepExtending()`). */
   autoExtend: boolean;
   /** Log the loss and tell `onLockLost`: the lease was renewed, or a scope (`withLock`, …) still holds it. */
   reportLoss: boolean;
+  /** Held by a scope, which releases it when its routine ends: a graceful shutdown waits for that. */
+  scoped: boolean;
 }
 
 /**
@@ -40,8 +42,8 @@ export interface KeepPolicy {
  * the decorators) is renewed unless asked not to (`scopedDefault`), and its loss always reported.
  */
 export function keepPolicy(scoped: boolean, autoExtend: boolean | undefined, scopedDefault: boolean): KeepPolicy {
-  if (!scoped) return { autoExtend: autoExtend ?? false, reportLoss: autoExtend ?? false };
-  return { autoExtend: autoExtend ?? scopedDefault, reportLoss: true };
+  if (!scoped) return { autoExtend: autoExtend ?? false, reportLoss: autoExtend ?? false, scoped };
+  return { autoExtend: autoExtend ?? scopedDefault, reportLoss: true, scoped };
 }
 
 /** What keeps the held leases of one module: its store, watchdog, release retries and local lines. */

@@ -35,8 +35,8 @@ async function engineOn(store: WatchedStore, lost: LockLostError[] = []): Promis
   return new LeaseEngine(store, watchdog, await LockTelemetry.create(), 1_000);
 }
 
-const RENEWED: KeepPolicy = { autoExtend: true, reportLoss: true };
-const BARE: KeepPolicy = { autoExtend: false, reportLoss: false };
+const RENEWED: KeepPolicy = { autoExtend: true, reportLoss: true, scoped: true };
+const BARE: KeepPolicy = { autoExtend: false, reportLoss: false, scoped: false };
 
 function take(engine: LeaseEngine, key: string, ttl: number, keep: KeepPolicy): Promise<HeldLease> {
   const policy = { ...DEFAULT_LEASE, ttl, fair: true };

@@ -20,7 +20,7 @@ export interface WatchedLease {
   readonly extending: boolean;
   /** Handed over for a short lease: renewed once, `autoExtend` or not. */
   readonly mustExtend: boolean;
-  readonly policy: { readonly autoExtend: boolean; readonly reportLoss: boolean };
+  readonly policy: { readonly autoExtend: boolean; readonly reportLoss: boolean; readonly scoped: boolean };
   /** An extension to `ttl` is sent now; `answered` applies its outcome (see `HeldLease.extensionSent`). */
   extensionSent(ttl: number): { answered(outcome: 'extended' | 'lost' | 'failed'): void };
   lose(reason: LockLostError['reason']): void;
@@ -120,7 +120,7 @@ export class Watchdog {
    */
   async drain(ms: number): Promise<void> {
     const deadline = performance.now() + ms;
-    const busy = () => this.releasesInFlight > 0 || [...this.leases].some((lease) => lease.policy.reportLoss);
+    const busy = () => this.releasesInFlight > 0 || [...this.leases].some((lease) => lease.policy.scoped);
     while (busy() && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
   }
 
