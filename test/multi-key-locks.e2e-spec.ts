@@ -79,7 +79,14 @@ describe.each(STORE_KINDS)('locks on several keys on the %s store', (kind) => {
       .lock([k1, k2], { timeout: 200 })
       .catch((error: unknown) => error);
     expect(timedOut).toBeInstanceOf(LockTimeoutError);
-    expect(timedOut).toMatchObject({ key: k2 });
+    // The caller's timeout and its whole wait, not what was left of it for the key it timed out on.
+    expect(timedOut).toMatchObject({ key: k2, timeout: 200, message: expect.stringContaining('within 200 ms') });
+    expect((timedOut as LockTimeoutError).waited).toBeGreaterThanOrEqual(200);
+    const inRoutine = await a()
+      .withLock([k1, k2], () => 'ran', { timeout: 200 })
+      .catch((error: unknown) => error);
+    expect(inRoutine).toMatchObject({ code: 'LOCK_TIMEOUT', key: k2, timeout: 200 });
+    expect((inRoutine as LockTimeoutError).waited).toBeGreaterThanOrEqual(200);
     expect(await a().isLocked(k1)).toBe(false);
 
     const aborting = new AbortController();

@@ -247,6 +247,8 @@ export class LockService implements OnModuleDestroy {
         this.engine.acquireAllIfFree(run.map((id) => ({ ...callFor(id, timeLeft), keep: renewed }))),
       one: (id, timeLeft) => this.engine.acquireOrThrow({ ...callFor(id, timeLeft), keep: renewed }),
       giveBack: (lease) => lease.releaseQuietly(),
+    }).catch((error: unknown) => {
+      throw asWholeWait(error, start, timeout);
     });
     for (const lease of leases) lease.policy = keep;
     await giveBackIfAnyLost(leases, (lease) => lease.releaseQuietly());
@@ -269,6 +271,8 @@ export class LockService implements OnModuleDestroy {
       all: (run, timeLeft) => this.engine.enterAllIfFree(run.map((id) => callFor(id, timeLeft))),
       one: (id, timeLeft) => this.engine.enter(callFor(id, timeLeft)),
       giveBack: (ticket) => ticket.leave(),
+    }).catch((error: unknown) => {
+      throw asWholeWait(error, start, timeout);
     });
     await giveBackIfAnyLost(
       tickets,
@@ -348,6 +352,15 @@ async function giveBackIfAnyLost<T>(
 }
 
 /** Whole ms spent waiting for several leases: exactly 0 when every one of them was free. */
+/**
+ * The timeout error of one of several keys (waited for with what was left of the timeout) as the
+ * caller of all of them sees it: its own timeout, and all the time it waited since `start`.
+ */
+function asWholeWait(error: unknown, start: number, timeout: number): unknown {
+  if (!(error instanceof LockTimeoutError)) return error;
+  return new LockTimeoutError(error.key, performance.now() - start, timeout, error.refusal);
+}
+
 function elapsedSince(start: number, leases: readonly { elapsed: number }[]): number {
   return leases.every((lease) => lease.elapsed === 0) ? 0 : Math.round(performance.now() - start);
 }
