@@ -10,7 +10,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 // A value import, so that `design:returntype` names Observable and the lock is taken on subscription.
 import { interval, map, Observable } from 'rxjs';
 import { bootLockModule, closeLockApp, uniqueKey, useLockApp, useLockApps } from './support/lock-app.js';
-import { freePort, RedisServer, useRedisClient } from './support/redis-server.js';
+import { freePort, RedisServer, useRedisClient, useRedisServer } from './support/redis-server.js';
 
 /** Short, so that a frozen server makes attempts time out (and be retried) quickly. */
 const COMMAND_TIMEOUT = 200;
@@ -337,6 +337,33 @@ describe('one attempt on a frozen Redis', () => {
     for (const each of [key, first, second]) expect(await freedWithin(() => held(each), 2_000)).toBe(true);
     monitor.disconnect();
     expect(sent).toEqual(['set', 'eval', 'set', 'eval', 'set', 'eval', 'evalsha', 'eval', 'eval']);
+  });
+});
+
+describe('await using, with a release that fails while Redis is frozen', () => {
+  const server = useRedisServer();
+
+  it('logs the failure for every key of a lock on several keys, as for one key', async () => {
+    const warnings: string[] = [];
+    const logger = { log: () => undefined, error: () => undefined, warn: (line: string) => void warnings.push(line) };
+    const app = await bootLockModule({ redis: server().url, commandTimeout: COMMAND_TIMEOUT, logger });
+    try {
+      const [single, first, second] = [uniqueKey('dispose'), uniqueKey('dispose-a'), uniqueKey('dispose-b')];
+      const one = await app.locks.lock(single);
+      const several = await app.locks.lock([first, second]);
+      server().pause();
+      try {
+        await one[Symbol.asyncDispose]();
+        await several[Symbol.asyncDispose]();
+      } finally {
+        server().resume();
+      }
+      expect(warnings).toEqual(
+        [single, ...several.keys].map((key) => expect.stringContaining(`Could not release lock "${key}"`)),
+      );
+    } finally {
+      await closeLockApp(app);
+    }
   });
 });
 

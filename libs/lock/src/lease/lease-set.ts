@@ -14,6 +14,8 @@ export interface HeldKey {
   fence(): Promise<number>;
   unlock(): Promise<boolean>;
   expire(ttl?: number): Promise<boolean>;
+  /** Releases it; a failure is logged, not thrown. */
+  [Symbol.asyncDispose](): Promise<void>;
 }
 
 /**
@@ -143,7 +145,7 @@ export class LeaseSet {
   }
 
   async [Symbol.asyncDispose](): Promise<void> {
-    await Promise.all(this.leases.map((lease) => lease.unlock().catch(() => false)));
+    await Promise.all(this.leases.map((lease) => lease[Symbol.asyncDispose]()));
   }
 }
 
