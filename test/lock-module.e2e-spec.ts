@@ -253,6 +253,20 @@ describe('LockModule', () => {
       ['an errorBody that is no function', { errorBody: { code: 1 } as never }, 'errorBody'],
     ];
 
+    it.each([
+      ['undefined (a factory that forgot its return)', undefined],
+      ['null', null],
+    ])('refuses %s from a forRootAsync factory, rather than start on the memory store', async (_, returned) => {
+      const error = await Test.createTestingModule({
+        imports: [LockModule.forRootAsync({ useFactory: () => returned as unknown as LockModuleOptions })],
+      })
+        .compile()
+        .catch((e: unknown) => e);
+
+      expect(error).toBeInstanceOf(InvalidArgumentError);
+      expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'options' });
+    });
+
     it.each(cases)('%s', async (_, options, option) => {
       const error = await Test.createTestingModule({ imports: [LockModule.forRoot(options)] })
         .compile()

@@ -132,9 +132,11 @@ const MODULE_OPTION_NAMES = new Set([
   'errorBody',
   'logger',
 ]);
-export function resolveModuleOptions(options: LockModuleOptions = {}): ResolvedModuleOptions {
+export function resolveModuleOptions(options: LockModuleOptions): ResolvedModuleOptions {
+  // `forRoot()` passes `{}`; `undefined` comes only from a `forRootAsync` factory that returned nothing.
   if (!isPlainObject(options)) {
-    throw new InvalidArgumentError('options', 'LockModule options must be an object');
+    const hint = options === undefined ? ' (did a forRootAsync factory forget to return them?)' : '';
+    throw new InvalidArgumentError('options', `LockModule options must be an object${hint}`);
   }
   rejectUnknownNames('', options, MODULE_OPTION_NAMES);
   const {
