@@ -111,11 +111,12 @@ describe.each(STORE_KINDS)('read-write locks on the %s store', (kind) => {
 
   it('makes a read inside a write of the same key part of that write, and a read inside a read part of it', async () => {
     const key = uniqueKey('read-in-write');
-    const tokens = await a().withLock(key, async (outer) => {
-      const inner = await a().withLock(key, (lock) => lock.token, { mode: 'read', timeout: 0 });
-      return [outer.token, inner];
+    const [outer, inner] = await a().withLock(key, async (writer) => {
+      const joined = await a().withLock(key, (lock) => lock, { mode: 'read', timeout: 0 });
+      return [writer, joined];
     });
-    expect(tokens[1]).toBe(tokens[0]);
+    expect(inner.token).toBe(outer.token);
+    expect(inner.mode).toBe('write'); // the lease it is part of (docs/API.md, Lock.mode)
 
     const readTokens = await a().withLock(
       key,
