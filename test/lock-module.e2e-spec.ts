@@ -24,7 +24,7 @@ import { deferred } from './support/deferred.js';
 import { bootLockModule, STORE_KINDS, type StoreKind, uniqueKey } from './support/lock-app.js';
 import { lockKeyOf, pttlOnceGone } from './support/redis-keys.js';
 import { useRedisClient, useRedisServer } from './support/redis-server.js';
-import { within } from './support/timing.js';
+import { abortReasonWithin, within } from './support/timing.js';
 import { onWorkerReports, spawnWorker } from './support/workers.js';
 
 class RecordingLogger implements LoggerService {
@@ -413,6 +413,20 @@ describe('app.close() while a withLock routine is in flight', () => {
     // The grace for routines is 5 s: a close that waited for these two took all of it.
     expect(performance.now() - started).toBeLessThan(2_500);
     expect(await redis().pttl(lockKeyOf(key))).toBeGreaterThan(0); // not released: it runs out on its own
+  });
+
+  it('tells a bare lease left to run out at shutdown that it is lost, once its lease ends: its signal aborts', async () => {
+    const app = await bootLockModule({ redis: server().url });
+    const leader = await app.locks.lock(uniqueKey('leader'), { ttl: 300, autoExtend: true });
+    const unrenewed = await app.locks.lock(uniqueKey('plain'), { ttl: 300 });
+    await app.module.close();
+    expect(leader.signal.aborted).toBe(false); // still valid: nothing renews it any more
+
+    const reasons = await Promise.all([leader, unrenewed].map((lock) => abortReasonWithin(lock.signal, 2_000)));
+    expect(reasons).toEqual([
+      expect.objectContaining({ code: 'LOCK_LOST', reason: 'expired' }),
+      expect.objectContaining({ code: 'LOCK_LOST', reason: 'expired' }),
+    ]);
   });
 
   it('gives the lock back even when its release meets an empty script cache (NOSCRIPT, then EVAL) as the app closes', async () => {

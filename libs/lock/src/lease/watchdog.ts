@@ -124,11 +124,18 @@ export class Watchdog {
     while (busy() && performance.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 10));
   }
 
-  /** Stops the timer and forgets every lease (the store is closing: nobody renews or reports any more). */
+  /**
+   * Stops renewing (the store is closing) and forgets every lease. A lease still held — a bare one
+   * nobody released — is left to run out: its holder is told, by its `signal`, once its deadline
+   * passes (a timer that keeps no process alive).
+   */
   close(): void {
     this.closed = true;
     clearTimeout(this.timer);
     this.timerDue = Infinity;
+    for (const lease of this.leases) {
+      setTimeout(() => lease.lose('expired'), Math.max(0, lease.deadline - performance.now())).unref();
+    }
     this.leases.clear();
     this.byId.clear();
   }
