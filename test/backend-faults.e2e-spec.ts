@@ -336,7 +336,9 @@ describe('one attempt on a frozen Redis', () => {
     const held = async (each: string) => (await admin().exists(`lock:{${each}}`)) > 0; // no command of the module
     for (const each of [key, first, second]) expect(await freedWithin(() => held(each), 2_000)).toBe(true);
     monitor.disconnect();
-    expect(sent).toEqual(['set', 'eval', 'set', 'eval', 'set', 'eval', 'evalsha', 'eval', 'eval']);
+    // One attempt per call; each followed by its give-back (and that, unanswered too, by its retries).
+    expect(sent.filter((command) => command !== 'eval')).toEqual(['set', 'set', 'set', 'evalsha']);
+    expect(sent.filter((command) => command === 'eval').length).toBeGreaterThanOrEqual(5); // one a key
   });
 });
 

@@ -237,3 +237,33 @@ describe('an abort while an attempt is in flight on a frozen Redis', () => {
     ).toBe(0);
   });
 });
+
+describe('one attempt whose reply is lost with its connection (a reset, not a freeze)', () => {
+  let proxy: DelayProxy;
+  let app: LockApp;
+
+  beforeAll(async () => {
+    proxy = await DelayProxy.start(server().port, { watch: 'NX' });
+    app = await bootLockModule({ redis: proxy.url, commandTimeout: 1_000, defaults: { ttl: 8_000 } });
+  });
+  afterAll(async () => {
+    await closeLockApp(app);
+    await proxy?.stop();
+  });
+
+  it('gives back what Redis took once the connection is back, not a whole ttl later', async () => {
+    const key = uniqueKey('reset-after-take');
+    await proxy.setReplyDelay(60_000); // the reply of the take never comes back
+    const taken = new Promise<void>((resolve) => proxy.onForwarded(() => resolve()));
+    const attempt = app.locks.tryLock(key).catch((error: unknown) => error);
+    await taken;
+    await delay(20); // Redis has run the SET NX: the key is held, by a lease nobody knows of
+    expect(await redis().exists(lockKeyOf(key))).toBe(1);
+    await proxy.setReplyDelay(0);
+    await proxy.resetConnections();
+
+    expect(await attempt).toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+    // Its give-back could not go after it on the same connection: it is retried on the next one.
+    expect(await heldAfter(async () => (await redis().exists(lockKeyOf(key))) === 1, 3_000)).toBe(false);
+  });
+});

@@ -8,6 +8,7 @@ interface ProxyLine {
   port?: number;
   forwarded?: number;
   replyDelay?: number;
+  reset?: boolean;
 }
 
 /**
@@ -17,7 +18,7 @@ interface ProxyLine {
  */
 export class DelayProxy {
   private readonly forwardedListeners = new Set<(count: number) => void>();
-  private readonly delayAcks: (() => void)[] = [];
+  private readonly acks: (() => void)[] = [];
   private forwardedCount = 0;
 
   private constructor(
@@ -63,8 +64,17 @@ export class DelayProxy {
 
   /** Replies that arrive from now on wait `ms` (never overtaking earlier ones). */
   async setReplyDelay(ms: number): Promise<void> {
-    const acknowledged = new Promise<void>((resolve) => this.delayAcks.push(resolve));
-    this.child.stdin!.write(`delay ${ms}\n`);
+    await this.tell(`delay ${ms}`);
+  }
+
+  /** Drops every connection (a TCP reset), with the replies held back unsent; clients may connect again. */
+  async resetConnections(): Promise<void> {
+    await this.tell('reset');
+  }
+
+  private async tell(command: string): Promise<void> {
+    const acknowledged = new Promise<void>((resolve) => this.acks.push(resolve));
+    this.child.stdin!.write(`${command}\n`);
     await acknowledged;
   }
 
@@ -80,6 +90,6 @@ export class DelayProxy {
       this.forwardedCount = line.forwarded;
       for (const listener of this.forwardedListeners) listener(line.forwarded);
     }
-    if (line.replyDelay !== undefined) this.delayAcks.shift()?.();
+    if (line.replyDelay !== undefined || line.reset) this.acks.shift()?.();
   }
 }

@@ -4,7 +4,8 @@
 //
 // argv: <targetPort> <replyDelayMs> [watch]
 // stdout: {"port": n} once listening; {"forwarded": count} after each client→server chunk holding
-// `watch` was passed on; {"replyDelay": ms} after a "delay <ms>" line on stdin changed the delay.
+// `watch` was passed on; {"replyDelay": ms} after a "delay <ms>" line on stdin changed the delay;
+// {"reset": true} after a "reset" line dropped every connection.
 import { createConnection, createServer } from 'node:net';
 import { createInterface } from 'node:readline';
 
@@ -13,8 +14,12 @@ let replyDelay = Number(initialDelay);
 let forwarded = 0;
 const report = (line) => process.stdout.write(`${JSON.stringify(line)}\n`);
 
+/** Every open pair of sockets, to cut them all at once (`reset`). */
+const connections = new Set();
+
 const server = createServer((client) => {
   const upstream = createConnection(Number(targetPort), '127.0.0.1');
+  connections.add({ client, upstream });
   /** Replies on their way back, each with the `performance.now()` at which it may go. */
   const queue = [];
   let timer;
@@ -51,6 +56,15 @@ commands.on('line', (line) => {
   if (command === 'delay') {
     replyDelay = Number(value);
     report({ replyDelay });
+  }
+  if (command === 'reset') {
+    // The connections drop (a TCP reset) with the replies held back still unsent; new ones are welcome.
+    for (const { client, upstream } of connections) {
+      client.resetAndDestroy();
+      upstream.destroy();
+    }
+    connections.clear();
+    report({ reset: true });
   }
 });
 // The test process is gone (or done with us): so are we.

@@ -6,6 +6,7 @@ import { DEFAULT_LEASE } from '../options/call-options.js';
 import { MemoryStore } from '../store/memory/memory.store.js';
 import { acceptedHandover, acquireLease, type LeaseCall } from './acquire-lease.js';
 import { LocalLines, lineOf } from './local-line.js';
+import { ReleaseRetries } from './release-retries.js';
 import { Watchdog } from './watchdog.js';
 
 const HANDOVER = 1_000;
@@ -53,6 +54,7 @@ describe('acquireLease on the memory store', () => {
     store,
     lines: new LocalLines(),
     watchdog: new Watchdog(store, undefined, { warn: () => undefined }),
+    releases: new ReleaseRetries(),
   };
   const call = <R>(kind: LeaseCall<R>['kind'], id: string, request: R, overrides = {}): LeaseCall<R> => ({
     kind,

@@ -30,7 +30,7 @@ export interface LeaseCall<Request = unknown> {
  * waited when the timeout passed; the caller turns that into its kind's error.
  */
 export async function acquireLease<Request>(
-  keeping: Pick<LeaseKeeping, 'store' | 'lines' | 'watchdog'>,
+  keeping: Pick<LeaseKeeping, 'store' | 'lines' | 'watchdog' | 'releases'>,
   call: LeaseCall<Request>,
   commandTimeout: number,
 ): Promise<LeaseGrant | NotGranted> {
@@ -39,7 +39,7 @@ export async function acquireLease<Request>(
   const token = call.policy.token ?? createOwnerToken();
   const line = lineOf(call.kind, call.id);
   if (!lines.contended(line) && !keeping.watchdog.holds(call.kind, call.id)) {
-    const taken = await takeIfFree(keeping.store, call, [call.id], token, start + call.policy.timeout);
+    const taken = await takeIfFree(keeping, call, [call.id], token, start + call.policy.timeout);
     if (taken !== undefined) return taken;
   }
   lines.arrive(line);
@@ -59,7 +59,7 @@ export async function acquireLease<Request>(
  * or after `deadline` (`timeout: 0`: one attempt, this one) the failure is the caller's.
  */
 async function takeIfFree<Request>(
-  store: LockStore,
+  { store, releases }: Pick<LeaseKeeping, 'store' | 'releases'>,
   { kind, request, policy }: Omit<LeaseCall<Request>, 'id'>,
   ids: readonly string[],
   token: string,
@@ -71,7 +71,19 @@ async function takeIfFree<Request>(
       : store.acquireAllIfFree?.bind(store, kind, ids, request, token, policy.ttl, policy.signal);
   if (take === undefined) return undefined;
   policy.signal?.throwIfAborted();
-  const giveBack = () => Promise.all(ids.map((id) => store.giveBack(kind, id, token).catch(() => false)));
+  // One the store cannot be reached for (its connection dropped) is retried in the background until
+  // the lease the command may have taken would have run out, as a failed release is.
+  const giveBack = () =>
+    Promise.all(
+      ids.map((id) =>
+        store.giveBack(kind, id, token).catch((error: unknown) => {
+          if (error instanceof LockBackendError && error.transient) {
+            releases.retry({ kind, id, token }, () => store.giveBack(kind, id, token), performance.now() + policy.ttl);
+          }
+          return false;
+        }),
+      ),
+    );
   const sentAt = performance.now();
   let taken: boolean | undefined;
   try {
@@ -111,16 +123,17 @@ async function takeIfFree<Request>(
  * of them. `undefined` when they were not all taken: the caller takes them one by one.
  */
 export function acquireAllIfFree<Request>(
-  { store, lines, watchdog }: Pick<LeaseKeeping, 'store' | 'lines' | 'watchdog'>,
+  keeping: Pick<LeaseKeeping, 'store' | 'lines' | 'watchdog' | 'releases'>,
   calls: readonly LeaseCall<Request>[],
   token: string,
 ): Promise<LeaseGrant | undefined> {
   const ids = calls.map((call) => call.id);
   const { kind } = calls[0];
+  const { lines, watchdog } = keeping;
   if (ids.some((id) => lines.contended(lineOf(kind, id)) || watchdog.holds(kind, id))) {
     return Promise.resolve(undefined);
   }
-  return takeIfFree(store, calls[0], ids, token, performance.now() + calls[0].policy.timeout);
+  return takeIfFree(keeping, calls[0], ids, token, performance.now() + calls[0].policy.timeout);
 }
 
 /** Whether a lease of `leaseMs` on `store` that began no earlier than `sentAt` still runs by this process's clock. */
