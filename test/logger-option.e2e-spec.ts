@@ -156,6 +156,35 @@ describe('the logger option', () => {
       expect(lost).toEqual([lock.signal.reason]);
     });
 
+    it('handles the rejection of an async logger (no unhandled rejection)', async () => {
+      // A logger whose write returns a promise that rejects; it counts the promises nobody handled.
+      let unhandled = 0;
+      const rejecting = () => {
+        let handled = false;
+        setImmediate(() => void (handled || unhandled++));
+        return {
+          then: (_: unknown, onRejected?: (reason: unknown) => void) => (
+            (handled = true),
+            onRejected?.(new Error('transport down'))
+          ),
+        };
+      };
+      const asyncLogger = { log: rejecting, error: rejecting, warn: rejecting, debug: rejecting };
+      const onAsync = await Test.createTestingModule({
+        imports: [LockModule.forRoot({ logger: asyncLogger as unknown as LoggerService })], // warns: process-local
+      }).compile();
+      try {
+        const onAsyncLocks = onAsync.get(LockService);
+        const lock = await onAsyncLocks.lock('forced', { autoExtend: true });
+        expect(await onAsyncLocks.forceUnlock('forced')).toBe(true); // warns twice: forced, and lost
+        expect(lock.signal.aborted).toBe(true);
+      } finally {
+        await onAsync.close();
+      }
+      await new Promise((resolve) => setImmediate(resolve));
+      expect(unhandled).toBe(0);
+    });
+
     it("does not turn withLock's failed release into a rejection over fn's result", async () => {
       const onRedis = await Test.createTestingModule({
         imports: [LockModule.forRoot({ redis: server().url, commandTimeout: 300, logger: failing })],

@@ -13,17 +13,18 @@ const SILENT: LockLogger = { debug: () => undefined, log: () => undefined, warn:
  * The module's `logger` option as nest-lock uses it: Nest's own `Logger` when none was given (so
  * the application's logger settings apply), the user's `LoggerService` with `context` passed as
  * Nest passes it (last argument), or nothing at all with `false`. A logger that throws (a closed
- * stream, a failing transport) is ignored: logging never changes what the call that logs does.
+ * stream, a failing transport), or whose promise rejects, loses that line: logging never changes what
+ * the call that logs does.
  */
 export function createLockLogger(option: LoggerService | false | undefined, context: string): LockLogger {
   if (option === false) return SILENT;
-  const logger: LockLogger =
+  const logger: { [Level in keyof LockLogger]: (message: string) => unknown } =
     option === undefined
       ? new Logger(context)
       : {
-          debug: (message) => void option.debug?.(message, context),
-          log: (message) => void option.log(message, context),
-          warn: (message) => void option.warn(message, context),
+          debug: (message): unknown => option.debug?.(message, context),
+          log: (message): unknown => option.log(message, context),
+          warn: (message): unknown => option.warn(message, context),
         };
   return {
     debug: (message) => tolerate(() => logger.debug(message)),
@@ -32,10 +33,20 @@ export function createLockLogger(option: LoggerService | false | undefined, cont
   };
 }
 
+/** Writes a line; a logger that throws, or returns a promise that rejects (an async transport), loses it. */
 function tolerate(write: () => unknown): void {
   try {
-    write();
+    const written = write();
+    if (isThenable(written)) written.then(undefined, ignore);
   } catch {
     // The line is lost; the lease, the release or the timer that logged it goes on.
   }
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof (value as PromiseLike<unknown> | null)?.then === 'function';
+}
+
+function ignore(): void {
+  // A line an async logger could not write is lost, as a thrown one is.
 }
