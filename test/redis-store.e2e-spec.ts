@@ -182,6 +182,31 @@ describe('LockService on Redis', () => {
     }
   });
 
+  it('answers a single attempt on a key another owner holds with one command: the SET NX that found it held', async () => {
+    const key = uniqueKey('busy-single-attempt');
+    const other = await bootLockModule({ redis: app.server!.url });
+    const monitor = await redis.monitor();
+    try {
+      const holder = await other.locks.lock(key);
+      const sent: string[] = [];
+      monitor.on('monitor', (_time: string, [command]: string[], source: string) => {
+        if (!source.startsWith('lua')) sent.push(command);
+      });
+      expect(await app.locks.tryLock(key)).toBeNull();
+      await expect(app.locks.lock(key, { timeout: 0 })).rejects.toMatchObject({ code: 'LOCK_TIMEOUT', timeout: 0 });
+      // With its own token it may be the holder: the attempt that can tell follows.
+      expect(await app.locks.tryLock(key, { token: holder.token })).not.toBeNull();
+      await holder.unlock();
+      await delay(50); // the monitor's lines arrive after the replies
+      expect(sent.slice(0, 3)).toEqual(['set', 'set', 'set']);
+      expect(sent.filter((command) => command === 'set')).toHaveLength(3);
+      expect(sent[3]).toBe('evalsha'); // the attempt of the caller with the holder's token
+    } finally {
+      monitor.disconnect();
+      await closeLockApp(other);
+    }
+  });
+
   it('refuses on Redlock an expire(ttl) above the quarantine before sending it, and renews the lease as before', async () => {
     const other = await bootLockModule({
       redlock: { nodes: [app.server!.url], quarantine: 400 },

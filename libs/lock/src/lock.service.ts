@@ -351,7 +351,6 @@ async function giveBackIfAnyLost<T>(
   throw leaseOf(lost).signal.reason;
 }
 
-/** Whole ms spent waiting for several leases: exactly 0 when every one of them was free. */
 /**
  * The timeout error of one of several keys (waited for with what was left of the timeout) as the
  * caller of all of them sees it: its own timeout, and all the time it waited since `start`.
@@ -361,6 +360,7 @@ function asWholeWait(error: unknown, start: number, timeout: number): unknown {
   return new LockTimeoutError(error.key, performance.now() - start, timeout, error.refusal);
 }
 
+/** Whole ms spent waiting for several leases: exactly 0 when every one of them was free. */
 function elapsedSince(start: number, leases: readonly { elapsed: number }[]): number {
   return leases.every((lease) => lease.elapsed === 0) ? 0 : Math.round(performance.now() - start);
 }

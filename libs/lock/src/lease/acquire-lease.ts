@@ -1,7 +1,7 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import type { AcquirePolicy } from '../options/call-options.js';
 import { LockBackendError } from '../lock.errors.js';
-import type { LockStore, Turn } from '../store/store.js';
+import type { LockStore, TakenIfFree, Turn } from '../store/store.js';
 import { driftOf, type LeaseGrant, type LeaseKeeping } from './held-lease.js';
 import { lineOf } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
@@ -40,7 +40,11 @@ export async function acquireLease<Request>(
   const line = lineOf(call.kind, call.id);
   if (!lines.contended(line) && !keeping.watchdog.holds(call.kind, call.id)) {
     const taken = await takeIfFree(keeping, call, [call.id], token, start + call.policy.timeout);
-    if (taken !== undefined) return taken;
+    // Held, for a caller out of time (`timeout: 0`: this was its one attempt) that cannot be the
+    // holder (a fresh token): an attempt now would be refused too.
+    const outOfTime = performance.now() >= start + call.policy.timeout;
+    if (taken === 'held' && outOfTime && call.policy.token === undefined) return { waited: performance.now() - start };
+    if (taken !== undefined && taken !== 'held') return taken;
   }
   lines.arrive(line);
   try {
@@ -53,8 +57,8 @@ export async function acquireLease<Request>(
 /**
  * The store's one-command acquisition of free leases (`LockStore.acquireIfFree`, or for several ids
  * `acquireAllIfFree`, all or none), for a caller with nobody of this process ahead of it: no turn,
- * line or timer. `undefined` when they were not taken (or the store has no such command): the caller
- * waits in line as usual. A failure to reach the store before `deadline` is left to the wait loop,
+ * line or timer. `'held'` when one lease has an owner (see `TakenIfFree`), `undefined` when they were
+ * not taken for another reason (or the store has no such command): the caller waits in line as usual. A failure to reach the store before `deadline` is left to the wait loop,
  * which retries it; if the lost reply took a lease, its first attempt finds the lease its own. At
  * or after `deadline` (`timeout: 0`: one attempt, this one) the failure is the caller's.
  */
@@ -64,11 +68,12 @@ async function takeIfFree<Request>(
   ids: readonly string[],
   token: string,
   deadline: number,
-): Promise<LeaseGrant | undefined> {
-  const take =
+): Promise<LeaseGrant | 'held' | undefined> {
+  const takeAll = store.acquireAllIfFree?.bind(store, kind, ids, request, token, policy.ttl, policy.signal);
+  const take: (() => Promise<TakenIfFree | undefined>) | undefined =
     ids.length === 1
       ? store.acquireIfFree?.bind(store, kind, ids[0], request, token, policy.ttl)
-      : store.acquireAllIfFree?.bind(store, kind, ids, request, token, policy.ttl, policy.signal);
+      : takeAll && (async () => ((await takeAll()) ? 'taken' : 'not taken'));
   if (take === undefined) return undefined;
   policy.signal?.throwIfAborted();
   // One the store cannot be reached for (its connection dropped) is retried in the background until
@@ -85,7 +90,7 @@ async function takeIfFree<Request>(
       ),
     );
   const sentAt = performance.now();
-  let taken: boolean | undefined;
+  let taken: TakenIfFree | undefined;
   try {
     taken = await untilAborted(take(), policy.signal);
   } catch (error) {
@@ -107,7 +112,7 @@ async function takeIfFree<Request>(
     }
     throw error;
   }
-  if (!taken) return undefined;
+  if (taken !== 'taken') return taken === 'held' ? 'held' : undefined;
   if (policy.signal?.aborted || !stillRunsOn(store, sentAt, policy.ttl)) {
     // Taken as the caller gave up, or its answer came after its lease ran out (see `ranOutOnArrival`).
     await giveBack();
@@ -122,7 +127,7 @@ async function takeIfFree<Request>(
  * of the store, all or none (`takeIfFree`): only when nobody of this process holds or waits for any
  * of them. `undefined` when they were not all taken: the caller takes them one by one.
  */
-export function acquireAllIfFree<Request>(
+export async function acquireAllIfFree<Request>(
   keeping: Pick<LeaseKeeping, 'store' | 'lines' | 'watchdog' | 'releases'>,
   calls: readonly LeaseCall<Request>[],
   token: string,
@@ -131,9 +136,10 @@ export function acquireAllIfFree<Request>(
   const { kind } = calls[0];
   const { lines, watchdog } = keeping;
   if (ids.some((id) => lines.contended(lineOf(kind, id)) || watchdog.holds(kind, id))) {
-    return Promise.resolve(undefined);
+    return undefined;
   }
-  return takeIfFree(keeping, calls[0], ids, token, performance.now() + calls[0].policy.timeout);
+  const taken = await takeIfFree(keeping, calls[0], ids, token, performance.now() + calls[0].policy.timeout);
+  return taken === 'held' ? undefined : taken;
 }
 
 /** Whether a lease of `leaseMs` on `store` that began no earlier than `sentAt` still runs by this process's clock. */

@@ -1,6 +1,9 @@
 import type { LockBackendError } from '../lock.errors.js';
 import type { StoreKind } from './store-kind.js';
 
+/** What `LockStore.acquireIfFree` did with a lease. */
+export type TakenIfFree = 'taken' | 'held' | 'not taken';
+
 /**
  * Where leases live. `MemoryStore` (one process), `RedisStore` and `RedlockStore` implement it with
  * the same semantics, for every kind of lease (`StoreKind`); the lease core (`lease/`) holds the
@@ -29,9 +32,11 @@ export interface LockStore {
   /**
    * Takes the lease `id` for `token` for `ttl` ms, asking `request`, in one step if nobody holds it — ahead of any
    * waiter in the store's line, where waiters wait while it is free only after a holder died or a
-   * waiter handed the lease vanished. `true`: taken; `false`: not free (or not kept: see
-   * `waitForReplicas`); `undefined`: the store takes no lease of this kind that way. The caller, who
-   * knows that nobody of this process waits for the lease, attempts as usual when it is not taken.
+   * waiter handed the lease vanished. `'taken'`; `'held'`: an owner holds it (perhaps `token`: the
+   * command cannot tell), so an attempt by another token now would be refused too; `'not taken'`
+   * for any other reason (not kept: see `waitForReplicas`); `undefined`: the store takes no lease of
+   * this kind that way. The caller, who knows that nobody of this process waits for the lease,
+   * attempts as usual when it is not taken.
    */
   acquireIfFree?<Request>(
     kind: StoreKind<Request>,
@@ -39,7 +44,7 @@ export interface LockStore {
     request: Request,
     token: string,
     ttl: number,
-  ): Promise<boolean | undefined>;
+  ): Promise<TakenIfFree | undefined>;
 
   /**
    * `acquireIfFree` for several leases of one kind, all or none, in one step: `ids` are leases that

@@ -1,6 +1,6 @@
 import { LockBackendError } from '../../lock.errors.js';
 import { LONGEST_DURATION } from '../../options/durations.js';
-import type { Attempt, AttemptOptions, Inspection, LockStore, LeaseExtension, Turn } from '../store.js';
+import type { Attempt, AttemptOptions, Inspection, LockStore, LeaseExtension, TakenIfFree, Turn } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
 /** One holder of a lease. */
@@ -74,10 +74,11 @@ export class MemoryStore implements LockStore {
     request: Request,
     token: string,
     ttl: number,
-  ): Promise<boolean> {
-    if (this.liveHolders(kind, id).size > 0 || !kind.admits([], request)) return false;
+  ): Promise<TakenIfFree> {
+    // A lease with holders may still admit this request (a semaphore's free permit): the attempt tells.
+    if (this.liveHolders(kind, id).size > 0 || !kind.admits([], request)) return 'not taken';
     this.hold(kind, id, token, { request, deadline: performance.now() + ttl });
-    return true;
+    return 'taken';
   }
 
   /** Every one held by nobody, with nobody waiting (and the kind admits `request` alone): all taken. */

@@ -1,6 +1,15 @@
 import type { Cluster, Redis } from 'ioredis';
 import { LockBackendError } from '../../lock.errors.js';
-import type { Attempt, AttemptOptions, Inspection, LockStore, LeaseExtension, Successor, Turn } from '../store.js';
+import type {
+  Attempt,
+  AttemptOptions,
+  Inspection,
+  LockStore,
+  LeaseExtension,
+  Successor,
+  TakenIfFree,
+  Turn,
+} from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 import { backendErrorOf, unansweredError } from './backend-messages.js';
 import { CommandDeadlines } from './command-deadlines.js';
@@ -89,7 +98,7 @@ export class RedisStore implements LockStore {
     request: Request,
     token: string,
     ttl: number,
-  ): Promise<boolean | undefined> {
+  ): Promise<TakenIfFree | undefined> {
     if (!kind.redis.takenBySetNx(request)) return undefined;
     const lease = this.mainKey(kind, id);
     const answer = await this.run(
@@ -97,8 +106,10 @@ export class RedisStore implements LockStore {
       () => kind.purposes.acquire(id),
       () => this.client.set(lease, token, 'PX', toMillis(ttl), 'NX'),
     );
-    if (answer !== 'OK') return false;
-    return this.options.waitForReplicas === undefined || (await this.granted(kind, id, token)).granted;
+    // The lease key exists only while someone holds it (a writer, or readers).
+    if (answer !== 'OK') return 'held';
+    if (this.options.waitForReplicas === undefined) return 'taken';
+    return (await this.granted(kind, id, token)).granted ? 'taken' : 'not taken';
   }
 
   /** Several free leases of one slot by the kind's `acquireAllIfFree` script: all or none. */
