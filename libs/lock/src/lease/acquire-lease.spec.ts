@@ -42,6 +42,13 @@ describe('acceptedHandover: the handover rules', () => {
     expect(acceptedHandover({ fence: 40, passedAt: 300 }, refused, HANDOVER, stillRunsAt(300 + HANDOVER))).toBeNull();
   });
 
+  it('confirms by an attempt a handover read with less than a third of its lease left, passed or told', () => {
+    const lateInLease = (sentAt: number) => stillRunsAt(sentAt + (HANDOVER * 3) / 4);
+    expect(acceptedHandover({ fence: 51 }, refused, HANDOVER, lateInLease(100))).toBeNull();
+    expect(acceptedHandover({ fence: 40, passedAt: 300 }, refused, HANDOVER, lateInLease(300))).toBeNull();
+    expect(acceptedHandover({ fence: 51 }, refused, HANDOVER, stillRunsAt(100 + HANDOVER / 2))).not.toBeNull();
+  });
+
   it('refuses a message before any attempt was refused (nothing to compare its fence with)', () => {
     const none = { at: -Infinity, lastFence: Infinity };
     expect(acceptedHandover({ fence: 99 }, none, HANDOVER, stillRunsAt(0))).toBeNull();

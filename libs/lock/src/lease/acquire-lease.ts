@@ -291,10 +291,12 @@ function fenceOf(handed: number | undefined): { fence?: number } {
  * - Told by a message: its lease began after the refused attempt was sent, if its fence is above the
  *   last fence that attempt saw; a fence at or below it was handed over before that attempt ran,
  *   which found the lease someone else's — the message is stale.
- * - Either way, only while the handover lease still runs by this waiter's clock (`stillRuns`): a
- *   handover read late, or after a lease this waiter gave back, is not taken.
+ * - Either way, only while a third of the handover lease at least still runs by this waiter's clock
+ *   (`stillRuns`): a handover read late, or after a lease this waiter gave back, is not taken, and
+ *   one read so late that its holder would start with next to no validity is confirmed instead.
  *
- * `null`: not taken; the next attempt finds out (a lease still its own is granted again, with a new fence).
+ * `null`: not taken; the next attempt, sent at once, finds out (a lease still its own is granted
+ * again, for its whole ttl from that attempt, with a new fence).
  */
 export function acceptedHandover(
   handed: { fence: number; passedAt?: number | undefined },
@@ -303,10 +305,11 @@ export function acceptedHandover(
   stillRuns: (sentAt: number, leaseMs: number) => boolean,
 ): HandedLease | null {
   const { fence, passedAt } = handed;
+  const worthTaking = (sentAt: number) => stillRuns(sentAt - handoverLease / 3, handoverLease);
   if (passedAt !== undefined) {
-    return stillRuns(passedAt, handoverLease) ? { fence, sentAt: passedAt, serverTtl: handoverLease } : null;
+    return worthTaking(passedAt) ? { fence, sentAt: passedAt, serverTtl: handoverLease } : null;
   }
-  if (fence > refused.lastFence && stillRuns(refused.at, handoverLease)) {
+  if (fence > refused.lastFence && worthTaking(refused.at)) {
     return { fence, sentAt: refused.at, serverTtl: handoverLease };
   }
   return null;
