@@ -57,10 +57,11 @@ export async function acquireLease<Request>(
 /**
  * The store's one-command acquisition of free leases (`LockStore.acquireIfFree`, or for several ids
  * `acquireAllIfFree`, all or none), for a caller with nobody of this process ahead of it: no turn,
- * line or timer. `'held'` when one lease has an owner (see `TakenIfFree`), `undefined` when they were
- * not taken for another reason (or the store has no such command): the caller waits in line as usual. A failure to reach the store before `deadline` is left to the wait loop,
- * which retries it; if the lost reply took a lease, its first attempt finds the lease its own. At
- * or after `deadline` (`timeout: 0`: one attempt, this one) the failure is the caller's.
+ * line or timer. `'held'` when one lease has an owner (see `TakenIfFree`), `undefined` when they
+ * were not taken for another reason (or the store has no such command): the caller waits in line as
+ * usual. A failure to reach the store before `deadline` is left to the wait loop, which retries it;
+ * if the lost reply took a lease, its first attempt finds the lease its own. At or after `deadline`
+ * (`timeout: 0`: one attempt, this one) the failure is the caller's.
  */
 async function takeIfFree<Request>(
   { store, releases }: Pick<LeaseKeeping, 'store' | 'releases'>,
@@ -69,11 +70,14 @@ async function takeIfFree<Request>(
   token: string,
   deadline: number,
 ): Promise<LeaseGrant | 'held' | undefined> {
-  const takeAll = store.acquireAllIfFree?.bind(store, kind, ids, request, token, policy.ttl, policy.signal);
   const take: (() => Promise<TakenIfFree | undefined>) | undefined =
     ids.length === 1
       ? store.acquireIfFree?.bind(store, kind, ids[0], request, token, policy.ttl)
-      : takeAll && (async () => ((await takeAll()) ? 'taken' : 'not taken'));
+      : store.acquireAllIfFree &&
+        (async () => {
+          const all = await store.acquireAllIfFree?.(kind, ids, request, token, policy.ttl, policy.signal);
+          return all === undefined ? undefined : all ? 'taken' : 'not taken';
+        });
   if (take === undefined) return undefined;
   policy.signal?.throwIfAborted();
   // One the store cannot be reached for (its connection dropped) is retried in the background until
