@@ -29,6 +29,18 @@ describe('compileKeyTemplate', () => {
     expect(() => compileKeyTemplate('order:{0}')(args)).toThrow(InvalidArgumentError);
   });
 
+  // Found by the fourth outside review: 'order:{0' locked one constant key for every call.
+  it.each([
+    ['order:{0', '"{" is never closed'],
+    ['order:{0}:{1', '"{" is never closed'],
+    ['{0}}', '"}" closes nothing'],
+    ['order:0}', '"}" closes nothing'],
+    ['{{0}', '"{" is never closed'],
+  ])('refuses %s when it is compiled (the class is defined), not per call', (template, why) => {
+    expect(() => compileKeyTemplate(template)).toThrow(InvalidArgumentError);
+    expect(() => compileKeyTemplate(template)).toThrow(why);
+  });
+
   it('names the placeholder and the template in the error', () => {
     expect(() => compileKeyTemplate('order:{0.id}')([{}])).toThrow('{0.id} of "order:{0.id}" resolved to undefined');
   });

@@ -45,22 +45,29 @@ export function compileKeyTemplate(template: KeyTemplate): (args: unknown[]) => 
   return (args) => parts.map((part) => (typeof part === 'string' ? part : resolve(template, part, args))).join('');
 }
 
+/** Braces belong to placeholders: one left in the text around them is a placeholder left open (or never opened). */
 function parse(template: string): Part[] {
   const parts: Part[] = [];
+  const text = (from: number, to?: number) => {
+    const literal = template.slice(from, to);
+    const brace = /[{}]/.exec(literal);
+    if (brace !== null) {
+      const what = brace[0] === '{' ? '"{" is never closed' : '"}" closes nothing';
+      throw new InvalidArgumentError('key', `${what} in "${template}": a placeholder is like {0} or {0.id}`);
+    }
+    parts.push(literal);
+  };
   let last = 0;
   for (const match of template.matchAll(PLACEHOLDER)) {
     const path = ARGUMENT_PATH.exec(match[1]);
     if (path === null) {
       throw new InvalidArgumentError('key', `"${match[0]}" in "${template}" is not a placeholder like {0} or {0.id}`);
     }
-    parts.push(template.slice(last, match.index), {
-      placeholder: match[0],
-      index: Number(path[1]),
-      path: path[2].split('.').filter(Boolean),
-    });
+    text(last, match.index);
+    parts.push({ placeholder: match[0], index: Number(path[1]), path: path[2].split('.').filter(Boolean) });
     last = match.index + match[0].length;
   }
-  parts.push(template.slice(last));
+  text(last);
   return parts.filter((part) => part !== '');
 }
 
