@@ -70,7 +70,7 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
     const key = uniqueKey('last-millisecond');
     const heldTtls: number[] = [];
     for (let round = 0; round < 5; round++) {
-      await locks.lock(key, { ttl: 5, timeout: 1_000 });
+      await locks.lock(key, { ttl: 20, timeout: 1_000 });
       for (;;) {
         const seen = await locks.inspect(key);
         if (!seen.held) break;

@@ -99,6 +99,42 @@ describe('a grant whose reply arrives after its lease ran out is not handed to t
   });
 });
 
+describe('a lock whose grants all come back after their lease ran out', () => {
+  // Found by the fourth outside review: on a free key, lock() rejected with "it is held by another
+  // owner" after its whole timeout, and nobody else held it — its own grants came back too late.
+  it.each(['lock', 'acquire'] as const)(
+    '%s on a free key says why it timed out, and that nobody else held it',
+    async (call) => {
+      const proxy = await DelayProxy.start(server().port);
+      const slow = await bootLockModule({ redis: proxy.url, commandTimeout: 3_000 });
+      try {
+        const key = uniqueKey('late-every-time');
+        await (await slow.locks.lock(uniqueKey('warm'))).unlock();
+        await (await slow.semaphores.acquire(uniqueKey('warm'), 1)).release();
+        // Every answer comes back 80 ms late: later than a 50 ms lease leaves it valid.
+        await proxy.setReplyDelay(80);
+        const options = { ttl: 50, timeout: 400 };
+        const outcome =
+          call === 'acquire'
+            ? await slow.semaphores.acquire(key, 1, options).catch((error: unknown) => error)
+            : await slow.locks.lock(key, options).catch((error: unknown) => error);
+
+        expect(outcome).toMatchObject({ code: call === 'acquire' ? 'SEMAPHORE_TIMEOUT' : 'LOCK_TIMEOUT' });
+        const { message } = outcome as Error;
+        expect(message).not.toMatch(/another owner|held by/);
+        expect(message).toMatch(/granted, but the answer came back \d+ ms after/);
+        expect((outcome as LockTimeoutError).refusal).toMatch(/given back/);
+        await proxy.setReplyDelay(0);
+        // Each grant was given back: the key is free.
+        expect(await redis().exists(lockKeyOf(key))).toBe(0);
+      } finally {
+        await closeLockApp(slow);
+        await proxy.stop();
+      }
+    },
+  );
+});
+
 describe('the watchdog does not declare a lease lost while a renewal Redis applied is on its way back', () => {
   const TTL = 300;
   const STALL_MS = 250;

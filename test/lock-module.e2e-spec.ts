@@ -194,6 +194,7 @@ describe('LockModule', () => {
       ['a keyPrefix with a brace', { keyPrefix: 'a{b' }, 'keyPrefix'],
       ['defaults.ttl 0', { defaults: { ttl: 0 } }, 'defaults.ttl'],
       ['defaults.ttl within its clock-drift margin', { defaults: { ttl: 2 } }, 'defaults.ttl'],
+      ['defaults.ttl below 20 ms', { defaults: { ttl: 19 } }, 'defaults.ttl'],
       ['defaults.timeout -1', { defaults: { timeout: -1 } }, 'defaults.timeout'],
       ['defaults.ratio 0.5', { defaults: { ratio: 0.5 } }, 'defaults.ratio'],
       ['defaults.maxStep NaN', { defaults: { maxStep: Number.NaN } }, 'defaults.maxStep'],

@@ -168,7 +168,7 @@ describe('LockService on Redis', () => {
       const key = uniqueKey('last-millisecond-inspect');
       const heldTtls: number[] = [];
       for (let round = 0; round < 5; round++) {
-        await other.locks.lock(key, { ttl: 5, timeout: 1_000 });
+        await other.locks.lock(key, { ttl: 20, timeout: 1_000 });
         for (;;) {
           const seen = await other.locks.inspect(key);
           if (!seen.held) break;

@@ -11,6 +11,7 @@ import {
   type ModuleDefaults,
   resolveLease,
   validateFairness,
+  validateLeaseTtl,
 } from './options/call-options.js';
 import { driftMargin, duration } from './options/durations.js';
 import { describe, isPlainObject, isWellFormed, rejectUnknownNames, validateBoolean } from './options/validation.js';
@@ -175,13 +176,7 @@ export function resolveModuleOptions(options: LockModuleOptions): ResolvedModule
   validateLogger(logger);
   const lease = resolveLease(DEFAULT_LEASE, defaults, 'defaults.');
   const resolvedRedlock = redlock === undefined ? undefined : resolveRedlock(redlock, lease.ttl);
-  const margin = driftMargin(lease.ttl, resolvedRedlock?.driftFactor);
-  if (lease.ttl <= margin) {
-    throw new InvalidArgumentError(
-      'defaults.ttl',
-      `must be longer than its clock-drift margin (${+margin.toFixed(2)} ms), the part of a lease a holder never counts on; got ${lease.ttl}`,
-    );
-  }
+  validateLeaseTtl(lease.ttl, (ttl) => driftMargin(ttl, resolvedRedlock?.driftFactor), 'defaults.ttl');
   return {
     redis,
     ...(store === undefined ? {} : { store }),

@@ -200,19 +200,34 @@ export function resolveLease(
 }
 
 /**
- * A lease's `ttl`: a duration longer than its drift `margin` (the store's drift rule), since a
- * holder never counts on that margin and a shorter lease could never be valid when granted.
+ * The shortest lease (ms): below it, its clock-drift margin and one round trip leave the holder next
+ * to nothing, and on a busy machine the grant comes back after its lease ran out (it is given back).
+ */
+export const SHORTEST_TTL = 20;
+
+/** What a lease must leave its holder beyond its drift margin (ms): binds only with a large `driftFactor`. */
+const SHORTEST_VALIDITY = 10;
+
+/**
+ * A lease's `ttl`: a duration of at least `SHORTEST_TTL` that leaves `SHORTEST_VALIDITY` beyond its
+ * drift `margin` (the store's drift rule), since a holder never counts on that margin.
  */
 export function validateLeaseTtl(ttl: unknown, margin: (ttl: number) => number, argument = 'ttl'): number {
-  duration(argument, ttl);
-  const drift = margin(ttl as number);
-  if ((ttl as number) <= drift) {
+  const lease = duration(argument, ttl);
+  if (lease < SHORTEST_TTL) {
     throw new InvalidArgumentError(
       argument,
-      `must be longer than its clock-drift margin (${+drift.toFixed(2)} ms), the part of a lease a holder never counts on; got ${ttl as number}`,
+      `must be at least ${SHORTEST_TTL} ms: a shorter lease leaves its holder next to nothing once its clock-drift margin and a round trip are taken off; got ${lease}`,
     );
   }
-  return ttl as number;
+  const drift = margin(lease);
+  if (lease - drift < SHORTEST_VALIDITY) {
+    throw new InvalidArgumentError(
+      argument,
+      `must leave at least ${SHORTEST_VALIDITY} ms beyond its clock-drift margin (${+drift.toFixed(2)} ms), the part of a lease a holder never counts on; got ${lease}`,
+    );
+  }
+  return lease;
 }
 
 /** A key, semaphore name or owner token: a non-empty, well-formed Unicode string. */
