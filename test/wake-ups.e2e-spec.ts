@@ -127,18 +127,18 @@ describe('wake-ups and fair order on Redis', () => {
     const turn = store().openTurn(lockKind, key, 'the-waiter');
     try {
       // The first wait subscribes; it ends as soon as the subscription stands.
-      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0);
+      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBeNull();
       // A release hands the lock over while no wait is in progress.
-      await redis().publish(store().listeningChannelOf(lockKind, key), 'the-waiter 42');
+      await redis().publish(store().listeningChannelOf(lockKind, key), 'the-waiter 42 700');
       await delay(100);
       const started = performance.now();
 
-      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(42);
+      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toEqual({ fence: 42, lease: 700 });
       expect(performance.now() - started).toBeLessThan(1_000);
       // Other waiters' handovers are not kept for it.
-      await redis().publish(store().listeningChannelOf(lockKind, key), 'someone-else 43');
+      await redis().publish(store().listeningChannelOf(lockKind, key), 'someone-else 43 700');
       await delay(100);
-      expect(await turn.wait({ limit: 200, step: 200 })).toBe(0);
+      expect(await turn.wait({ limit: 200, step: 200 })).toBeNull();
     } finally {
       turn.close();
     }
@@ -148,19 +148,19 @@ describe('wake-ups and fair order on Redis', () => {
     const key = uniqueKey('kept-wake');
     const turn = store().openTurn(lockKind, key, 'the-waiter');
     try {
-      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0); // subscribed
-      // A release wakes it ('<token> 0') while its attempt is on the way.
-      await redis().publish(store().listeningChannelOf(lockKind, key), 'the-waiter 0');
+      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBeNull(); // subscribed
+      // A release wakes it ('<token> 0 0') while its attempt is on the way.
+      await redis().publish(store().listeningChannelOf(lockKind, key), 'the-waiter 0 0');
       await delay(100);
       const started = performance.now();
 
-      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBe(0);
+      expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBeNull();
       expect(performance.now() - started).toBeLessThan(1_000);
       // Another waiter's wake is not kept for it: this wait lasts its limit.
-      await redis().publish(store().listeningChannelOf(lockKind, key), 'someone-else 0');
+      await redis().publish(store().listeningChannelOf(lockKind, key), 'someone-else 0 0');
       await delay(100);
       const next = performance.now();
-      expect(await turn.wait({ limit: 300, step: 300 })).toBe(0);
+      expect(await turn.wait({ limit: 300, step: 300 })).toBeNull();
       expect(performance.now() - next).toBeGreaterThanOrEqual(250);
     } finally {
       turn.close();
@@ -255,7 +255,7 @@ describe('wake-ups and fair order on Redis', () => {
       expect((await attempt('second')).granted).toBe(false);
       const second = store().openTurn(kind, key, 'second');
       try {
-        expect(await second.wait({ limit: 5_000, step: 5_000 })).toBe(0); // subscribed
+        expect(await second.wait({ limit: 5_000, step: 5_000 })).toBeNull(); // subscribed
         const woken = second.wait({ limit: 5_000, step: 5_000 });
         const started = performance.now();
 
@@ -264,7 +264,7 @@ describe('wake-ups and fair order on Redis', () => {
         await delay(50);
         expect(await store().giveBack(kind, key, 'first')).toBe(false);
 
-        expect(await woken).toBe(0);
+        expect(await woken).toBeNull();
         expect(performance.now() - started).toBeLessThan(1_000);
       } finally {
         second.close();

@@ -53,13 +53,14 @@ local function serveLine(nowMs, handoverMs, channel, stopAt)
   while true do
     local first = redis.call('ZRANGE', line, 0, 0)[1]
     if not first or first == stopAt then return end
+    local ms = handoverFor(first, handoverMs)
     if readsOf(first) then
-      addReader(first, nowMs, handoverFor(first, handoverMs))
-      handTo(channel, first)
+      addReader(first, nowMs, ms)
+      handTo(channel, first, ms)
     else
       if not redis.call('GET', lease) then
-        redis.call('SET', lease, first, 'PX', handoverFor(first, handoverMs))
-        handTo(channel, first)
+        redis.call('SET', lease, first, 'PX', ms)
+        handTo(channel, first, ms)
       end
       return
     end
@@ -169,7 +170,7 @@ return drawFence(KEYS[2], ARGV[2])
  * lock is free only once the last of them left. A free lock goes to a successor the caller names (a
  * waiter of the same process, whose turn is open: see `Successor`; ARGV[8] its mode) — if it may go
  * ahead of the line (a writer only), or is first in it, or nobody is in line — without a message and without a fence
- * (the caller tells it; its holder draws a fence when it asks: {released, -1}); else to the line
+ * (the caller tells it; its holder draws a fence when it asks: {released, -1, ms of its lease}); else to the line
  * (see `serveLine`), or it is freed and one unordered waiter is woken. Returns 1 when the token held
  * it (0 for a reader whose lease had run out: it is dropped all the same). A token that does not hold
  * the lock leaves the line (a waiter giving up); if the lock is free then, the line is served or one
@@ -219,8 +220,8 @@ if successor and successorFirst(successor, ARGV[6] == '1' and ARGV[8] ~= 'r') th
     redis.call('SET', lease, successor, 'PX', ms)
     leaveLine(successor)
   end
-  -- Passed without a fence (PASSED_WITHOUT_FENCE): the caller tells its successor.
-  return {released, -1}
+  -- Passed without a fence (PASSED_WITHOUT_FENCE), for \`ms\`: the caller tells its successor.
+  return {released, -1, ms}
 end
 if redis.call('EXISTS', alive) == 1 then passOn(ARGV[2], ARGV[3]) end
 return released

@@ -32,8 +32,9 @@ local function limitOf(waiter)
 end
 
 local function handPermit(waiter, nowMs, handoverMs, channel)
-  redis.call('ZADD', lease, nowMs + handoverFor(waiter, handoverMs), waiter)
-  handTo(channel, waiter)
+  local ms = handoverFor(waiter, handoverMs)
+  redis.call('ZADD', lease, nowMs + ms, waiter)
+  handTo(channel, waiter, ms)
 end
 
 -- Hands permits to the waiters in line, first come first served, while the first fits under its own
@@ -140,23 +141,24 @@ redis.call('ZREM', lease, token)
 redis.call('ZREMRANGEBYSCORE', lease, '-inf', nowMs)
 local released = tonumber(deadline) > nowMs and 1 or 0
 local held = redis.call('ZCARD', lease)
-local passed = false
+-- The lease handed to the successor, in ms; nil when it was not.
+local passedMs
 -- A successor whose own attempt took a permit meanwhile gets no second one, nor one beyond its own limit.
 if successor and not redis.call('ZSCORE', lease, successor) and successorFirst(successor, ARGV[6] == '1')
     and held < (limitOf(successor) or 0) then
-  redis.call('ZADD', lease, nowMs + handoverFor(successor, ARGV[2], ARGV[7]), successor)
+  passedMs = handoverFor(successor, ARGV[2], ARGV[7])
+  redis.call('ZADD', lease, nowMs + passedMs, successor)
   leaveLine(successor)
-  passed = true
   held = held + 1
 end
 if redis.call('EXISTS', alive) == 1 then
   dropGoneWaiters(nowMs)
   local _, _, handed = serveLine(held, nowMs, tonumber(ARGV[2]), ARGV[3])
-  if handed == 0 and not passed then wake(ARGV[3]) end
+  if handed == 0 and not passedMs then wake(ARGV[3]) end
 end
 ${expireWithLastLease}
 -- Passed to the successor, without a fence (PASSED_WITHOUT_FENCE): the caller tells it.
-if passed then return {released, -1} end
+if passedMs then return {released, -1, passedMs} end
 return released
 `,
 );

@@ -17,7 +17,7 @@ describe('acceptedHandover: the handover rules', () => {
   const refused = { at: 100, lastFence: 50 };
 
   it('takes a lease passed by a release of this process, counting from when that release was sent', () => {
-    expect(acceptedHandover({ fence: 40, passedAt: 300 }, refused, HANDOVER, stillRunsAt(500))).toEqual({
+    expect(acceptedHandover({ fence: 40, lease: HANDOVER, passedAt: 300 }, refused, stillRunsAt(500))).toEqual({
       fence: 40,
       sentAt: 300,
       serverTtl: HANDOVER,
@@ -25,7 +25,7 @@ describe('acceptedHandover: the handover rules', () => {
   });
 
   it('takes a lease told by a message when its fence is above the last fence the refused attempt saw', () => {
-    expect(acceptedHandover({ fence: 51 }, refused, HANDOVER, stillRunsAt(500))).toEqual({
+    expect(acceptedHandover({ fence: 51, lease: HANDOVER }, refused, stillRunsAt(500))).toEqual({
       fence: 51,
       sentAt: 100,
       serverTtl: HANDOVER,
@@ -33,25 +33,38 @@ describe('acceptedHandover: the handover rules', () => {
   });
 
   it('refuses a message whose fence is at or below it: handed over before that attempt ran (stale)', () => {
-    expect(acceptedHandover({ fence: 50 }, refused, HANDOVER, stillRunsAt(500))).toBeNull();
-    expect(acceptedHandover({ fence: 12 }, refused, HANDOVER, stillRunsAt(500))).toBeNull();
+    expect(acceptedHandover({ fence: 50, lease: HANDOVER }, refused, stillRunsAt(500))).toBeNull();
+    expect(acceptedHandover({ fence: 12, lease: HANDOVER }, refused, stillRunsAt(500))).toBeNull();
   });
 
   it('refuses a handover read after its lease ran out by this waiter’s clock, passed or told', () => {
-    expect(acceptedHandover({ fence: 51 }, refused, HANDOVER, stillRunsAt(100 + HANDOVER))).toBeNull();
-    expect(acceptedHandover({ fence: 40, passedAt: 300 }, refused, HANDOVER, stillRunsAt(300 + HANDOVER))).toBeNull();
+    expect(acceptedHandover({ fence: 51, lease: HANDOVER }, refused, stillRunsAt(100 + HANDOVER))).toBeNull();
+    expect(
+      acceptedHandover({ fence: 40, lease: HANDOVER, passedAt: 300 }, refused, stillRunsAt(300 + HANDOVER)),
+    ).toBeNull();
   });
 
   it('confirms by an attempt a handover read with less than a third of its lease left, passed or told', () => {
     const lateInLease = (sentAt: number) => stillRunsAt(sentAt + (HANDOVER * 3) / 4);
-    expect(acceptedHandover({ fence: 51 }, refused, HANDOVER, lateInLease(100))).toBeNull();
-    expect(acceptedHandover({ fence: 40, passedAt: 300 }, refused, HANDOVER, lateInLease(300))).toBeNull();
-    expect(acceptedHandover({ fence: 51 }, refused, HANDOVER, stillRunsAt(100 + HANDOVER / 2))).not.toBeNull();
+    expect(acceptedHandover({ fence: 51, lease: HANDOVER }, refused, lateInLease(100))).toBeNull();
+    expect(acceptedHandover({ fence: 40, lease: HANDOVER, passedAt: 300 }, refused, lateInLease(300))).toBeNull();
+    expect(acceptedHandover({ fence: 51, lease: HANDOVER }, refused, stillRunsAt(100 + HANDOVER / 2))).not.toBeNull();
+  });
+
+  it('counts the lease as the releaser wrote it, whatever this waiter’s own handover lease', () => {
+    // Another process's release, with other settings, wrote 200 ms: taken, and runs out by 300.
+    expect(acceptedHandover({ fence: 51, lease: 200 }, refused, stillRunsAt(150))).toEqual({
+      fence: 51,
+      sentAt: 100,
+      serverTtl: 200,
+    });
+    // Read at 250, a third of those 200 ms is no longer ahead: confirmed by an attempt instead.
+    expect(acceptedHandover({ fence: 51, lease: 200 }, refused, stillRunsAt(250))).toBeNull();
   });
 
   it('refuses a message before any attempt was refused (nothing to compare its fence with)', () => {
     const none = { at: -Infinity, lastFence: Infinity };
-    expect(acceptedHandover({ fence: 99 }, none, HANDOVER, stillRunsAt(0))).toBeNull();
+    expect(acceptedHandover({ fence: 99, lease: HANDOVER }, none, stillRunsAt(0))).toBeNull();
   });
 });
 

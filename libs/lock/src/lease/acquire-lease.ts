@@ -1,7 +1,7 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import type { AcquirePolicy } from '../options/call-options.js';
 import { LockBackendError } from '../lock.errors.js';
-import type { LockStore, TakenIfFree, Turn } from '../store/store.js';
+import type { Handover, LockStore, TakenIfFree, Turn } from '../store/store.js';
 import { driftOf, type LeaseGrant, type LeaseKeeping } from './held-lease.js';
 import { lineOf } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
@@ -209,25 +209,23 @@ async function waitInLines<Request>(
     if (passBy !== undefined) {
       const waitStart = performance.now();
       const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart, passBy + 1 - waitStart));
-      const fence = await waitForPass(turn, limit, (notPassed) => lines.onNotPassed(line, token, notPassed), signal);
-      if (fence !== 0) {
+      const passed = await waitForPass(turn, limit, (notPassed) => lines.onNotPassed(line, token, notPassed), signal);
+      if (passed !== null) {
         if (signal?.aborted) {
           // Passed as the caller gave up: nobody will use it.
           await release().catch(() => undefined);
           throw signal.reason;
         }
-        const handover = Math.min(store.handoverLease, policy.ttl);
-        const sentAt = lines.passSentAt(line, token, fence) ?? waitStart;
+        const sentAt = lines.passSentAt(line, token, passed.fence) ?? waitStart;
         // Read after its lease ran out (a late answer): not taken, the attempts below find out.
-        if (stillRuns(sentAt, handover)) {
-          // The store holds it for the handover lease, or this waiter's ttl when that is shorter.
-          lines.won(line, token, performance.now() + handover);
+        if (stillRuns(sentAt, passed.lease)) {
+          lines.won(line, token, performance.now() + passed.lease);
           return {
             token,
             ttl: policy.ttl,
-            ...fenceOf(fence),
+            ...fenceOf(passed.fence),
             sentAt,
-            serverTtl: handover,
+            serverTtl: passed.lease,
             elapsed: performance.now() - start,
           };
         }
@@ -243,17 +241,19 @@ async function waitInLines<Request>(
             toldToWaitAt = sentAt;
             fenceAtWait = answer.lastFence ?? 0;
             refusal = answer.refusal;
+            return answer;
           }
-          return answer.granted && (await ranOutOnArrival(sentAt, policy.ttl))
-            ? { granted: false, retryIn: 0 }
-            : answer;
+          if (!(await ranOutOnArrival(sentAt, policy.ttl))) return answer;
+          // Nobody else held it: a timeout now must not blame another owner.
+          refusal = lateGrant(performance.now() - sentAt, policy.ttl);
+          return { granted: false, retryIn: 0 };
         },
         pause: async (wait, pauseSignal) => {
-          const fence = await turn.wait(wait, pauseSignal);
-          if (fence === 0) return null;
-          const handed = { fence, passedAt: lines.passSentAt(line, token, fence) };
+          const handover = await turn.wait(wait, pauseSignal);
+          if (handover === null) return null;
+          const passedAt = lines.passSentAt(line, token, handover.fence);
           const refused = { at: toldToWaitAt, lastFence: fenceAtWait };
-          return acceptedHandover(handed, refused, Math.min(store.handoverLease, policy.ttl), stillRuns);
+          return acceptedHandover({ ...handover, passedAt }, refused, stillRuns);
         },
         release,
       },
@@ -262,7 +262,7 @@ async function waitInLines<Request>(
     );
     if (won === null) return { waited: performance.now() - start, ...(refusal ? { refusal } : {}) };
     // The lease began before its answer came: it runs out on the store by now + its ttl there (for
-    // one handed over, the handover lease or this waiter's ttl when that is shorter).
+    // one handed over, the lease its releaser wrote).
     const storeTtl = won.serverTtl ?? policy.ttl;
     if (leaveLocalLine) lines.won(line, token, performance.now() + storeTtl);
     return {
@@ -280,6 +280,11 @@ async function waitInLines<Request>(
   }
 }
 
+/** Why a grant was not taken: its answer came back after its lease had run out by this process's clock. */
+function lateGrant(roundTrip: number, ttl: number): string {
+  return `it was granted, but the answer came back ${Math.round(roundTrip)} ms after the attempt was sent, when its lease of ${ttl} ms had run out (less its clock-drift margin): the lease was given back (a longer ttl leaves room for a slow round trip)`;
+}
+
 /** A handed lease's fence, for its grant: none for a pass of this process (`PASSED_WITHOUT_FENCE`). */
 function fenceOf(handed: number | undefined): { fence?: number } {
   return handed !== undefined && handed > 0 ? { fence: handed } : {};
@@ -287,9 +292,10 @@ function fenceOf(handed: number | undefined): { fence?: number } {
 
 /**
  * Whether a lease handed to a waiter is taken as its own, and from when it counts — the handover
- * rules. `handed.fence` came on the waiter's turn; `handed.passedAt` is when the release of this
- * process that passed it was sent, if one did (`LocalLines.passSentAt`); `refused` is the waiter's
- * latest attempt that was told to wait: when it was sent, and the last fence issued when it ran.
+ * rules. `handed` came on the waiter's turn: its fence, and its lease as the releaser wrote it (whose
+ * settings may differ from the waiter's); `handed.passedAt` is when the release of this process that
+ * passed it was sent, if one did (`LocalLines.passSentAt`); `refused` is the waiter's latest attempt
+ * that was told to wait: when it was sent, and the last fence issued when it ran.
  *
  * - Passed by a release of this process: its lease began after that release was sent.
  * - Told by a message: its lease began after the refused attempt was sent, if its fence is above the
@@ -303,18 +309,17 @@ function fenceOf(handed: number | undefined): { fence?: number } {
  * again, for its whole ttl from that attempt, with a new fence).
  */
 export function acceptedHandover(
-  handed: { fence: number; passedAt?: number | undefined },
+  handed: Handover & { passedAt?: number | undefined },
   refused: { at: number; lastFence: number },
-  handoverLease: number,
   stillRuns: (sentAt: number, leaseMs: number) => boolean,
 ): HandedLease | null {
-  const { fence, passedAt } = handed;
-  const worthTaking = (sentAt: number) => stillRuns(sentAt - handoverLease / 3, handoverLease);
+  const { fence, lease, passedAt } = handed;
+  const worthTaking = (sentAt: number) => stillRuns(sentAt - lease / 3, lease);
   if (passedAt !== undefined) {
-    return worthTaking(passedAt) ? { fence, sentAt: passedAt, serverTtl: handoverLease } : null;
+    return worthTaking(passedAt) ? { fence, sentAt: passedAt, serverTtl: lease } : null;
   }
   if (fence > refused.lastFence && worthTaking(refused.at)) {
-    return { fence, sentAt: refused.at, serverTtl: handoverLease };
+    return { fence, sentAt: refused.at, serverTtl: lease };
   }
   return null;
 }
@@ -324,7 +329,7 @@ const NOT_PASSED = Symbol('not passed');
 
 /**
  * Waits on `turn` for up to `limit` ms for a lease passed on by a release of this process: resolves
- * with its fence, or 0 when the release did not pass it (`onNotPassed`), on a wake-up, or when the
+ * with it, or `null` when the release did not pass it (`onNotPassed`), on a wake-up, or when the
  * time is up. Rejects with the signal's reason on abort.
  */
 async function waitForPass(
@@ -332,7 +337,7 @@ async function waitForPass(
   limit: number,
   onNotPassed: (notPassed: (() => void) | undefined) => void,
   signal?: AbortSignal,
-): Promise<number> {
+): Promise<Handover | null> {
   const ended = new AbortController();
   const forwardAbort = () => ended.abort(signal!.reason);
   if (signal?.aborted) throw signal.reason;
@@ -341,7 +346,7 @@ async function waitForPass(
   try {
     return await turn.wait({ limit, step: limit }, ended.signal);
   } catch (error) {
-    if (error === NOT_PASSED) return 0;
+    if (error === NOT_PASSED) return null;
     throw error;
   } finally {
     signal?.removeEventListener('abort', forwardAbort);

@@ -117,9 +117,6 @@ export interface LockStore {
    */
   forceRelease(kind: StoreKind, id: string): Promise<boolean>;
 
-  /** How long a lease handed to a waiter lasts until that waiter extends it to its own ttl. */
-  readonly handoverLease: number;
-
   /**
    * The store keeps the fair waiters' line itself, across processes (Redis): a waiter may stand in it
    * without queuing in this process first. Where it does not (the memory store, Redlock), the
@@ -199,13 +196,25 @@ export interface Turn {
   /**
    * Waits for a release: up to `wait.limit` ms while the store is sure to be told of one, up to
    * `wait.step` ms while it may not be (not subscribed yet, or the subscription was lost). Resolves
-   * when the lease was handed to this waiter (it holds it now, for the store's `handoverLease` or its
-   * ttl until it extends it): with the lease's fence when a message told it, `PASSED_WITHOUT_FENCE`
-   * when a release of its own process passed it (see `Successor`); else with 0 once woken or when the
-   * time is up. Rejects with the signal's reason on abort.
+   * with the `Handover` when the lease was handed to this waiter (it holds it now, until it extends
+   * it), else with `null` once woken or when the time is up. Rejects with the signal's reason on abort.
    */
-  wait(wait: TurnWait, signal?: AbortSignal): Promise<number>;
+  wait(wait: TurnWait, signal?: AbortSignal): Promise<Handover | null>;
   close(): void;
+}
+
+/**
+ * A lease a release handed to a waiter, as its turn is told. The releasing process wrote it, with its
+ * own settings: the waiter counts the lease as written, never by its own settings.
+ */
+export interface Handover {
+  /** The lease's fence when a message told it; `PASSED_WITHOUT_FENCE` when a release of its own process passed it. */
+  fence: number;
+  /**
+   * How long the lease runs from when the release wrote it (ms): the releaser's handover lease, or the
+   * waiter's ttl when that is shorter. The waiter extends it to its own ttl before it runs out.
+   */
+  lease: number;
 }
 
 /** How long one wait for a release may last (ms). */

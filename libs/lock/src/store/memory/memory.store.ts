@@ -26,8 +26,6 @@ type Holders = Map<string, Holder>;
  * nothing is ever handed over.
  */
 export class MemoryStore implements LockStore {
-  readonly handoverLease = 0;
-
   /** Holders by kind and id (`leaseKeyOf`). */
   private readonly leases = new Map<string, Holders>();
   private readonly sleepers = new Map<string, Set<() => void>>();
@@ -196,8 +194,8 @@ export class MemoryStore implements LockStore {
     return waiting;
   }
 
-  /** Resolves with 0 when `lease` is woken or after `ms`; rejects with the signal's reason on abort. */
-  private sleep(lease: string, ms: number, signal?: AbortSignal): Promise<number> {
+  /** Resolves with `null` (nothing handed over) when `lease` is woken or after `ms`; rejects with the signal's reason on abort. */
+  private sleep(lease: string, ms: number, signal?: AbortSignal): Promise<null> {
     return new Promise((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
@@ -213,7 +211,7 @@ export class MemoryStore implements LockStore {
       };
       const wake = () => {
         settle();
-        resolve(0);
+        resolve(null);
       };
       const onAbort = () => {
         settle();

@@ -47,10 +47,10 @@ end
  * (a semaphore keeps its waiters' limits in its KEYS[6]), which leaves and drops out with the waiter.
  *
  * Releases publish to the waiter's own process only, on `<wake-up channel>:<process>` (the lease's
- * channel, `…:wake`, with the suffix its process subscribes to): `<token> <fence>` tells one waiter
- * the lease was handed to it, `<token> 0` wakes one unordered waiter to try for it. The other waiting
- * processes hear nothing. A waiter that joined without saying its process (an earlier nest-lock, in
- * a rolling upgrade) is told on the lease's channel itself.
+ * channel, `…:wake`, with the suffix its process subscribes to): `<token> <fence> <lease ms>` tells one
+ * waiter the lease was handed to it and for how long it was written — by a releaser whose settings
+ * may differ from the waiter's, so the message says it —, `<token> 0 0` wakes one unordered waiter to
+ * try for it. The other waiting processes hear nothing.
  *
  * `counterTtl` is set by each script from its arguments before it draws a fence.
  */
@@ -124,15 +124,16 @@ local function channelOf(channel, waiter)
   return channel
 end
 
--- Tells one waiter, which leaves the line, that the lease is its own now, with the fence of its lease.
-local function handTo(channel, waiter)
+-- Tells one waiter, which leaves the line, that the lease is its own now, with the fence of its lease
+-- and the \`ms\` it was written for (the waiter's own settings may make another handover lease).
+local function handTo(channel, waiter, ms)
   local to = channelOf(channel, waiter)
   leaveLine(waiter)
-  redis.call('${publish}', to, waiter .. ' ' .. string.format('%.0f', nextFence()))
+  redis.call('${publish}', to, waiter .. ' ' .. string.format('%.0f', nextFence()) .. ' ' .. ms)
 end
 
 -- Wakes one unordered waiter (not in the line), the one whose last attempt is the oldest, to try for
--- the lease: '<token> 0'. One release, one attempt — not one per process, nor a stampede. The waiter
+-- the lease: '<token> 0 0'. One release, one attempt — not one per process, nor a stampede. The waiter
 -- leaves alive, and joins again if its attempt is refused: the next release wakes another (an attempt
 -- on its way keeps the old place until it runs), and a waiter that died is not woken twice. Looks at
 -- the first few of alive only: a release never walks a long set (the others attempt within their step).
@@ -141,7 +142,7 @@ local function wake(channel)
     if not redis.call('ZSCORE', line, waiter) then
       local to = channelOf(channel, waiter)
       leaveLine(waiter)
-      redis.call('${publish}', to, waiter .. ' 0')
+      redis.call('${publish}', to, waiter .. ' 0 0')
       return
     end
   end

@@ -19,7 +19,7 @@ import type { RedisScript } from './script.js';
  *   counter ttl ms; with a successor, ARGV[5] its token, ARGV[6] '1' if it may go ahead of the
  *   line, ARGV[7] its ttl ms, then its `requestArgs`. A lease handed to a waiter lasts the handover lease, or the waiter's ttl
  *   when that is shorter (the successor's, or as a fair waiter asked when it joined: see `waiterLine`).
- *   Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter giving up); {that, -1} when the lease went to the successor (no fence is drawn for it:
+ *   Returns 1 if the token held the lease, else 0 (and the token leaves the line: a waiter giving up); {that, -1, ms} when the lease went to the successor for ms (no fence is drawn for it:
  *   `PASSED_WITHOUT_FENCE`).
  * - `extend`: ARGV[1] owner token, ARGV[2] ttl ms. Returns 1 if extended, else 0.
  * - `fence` (KEYS[1] the lease, KEYS[2] its fence counter): ARGV[1] owner token, ARGV[2] fence counter

@@ -3,6 +3,7 @@ import { LockBackendError } from '../../lock.errors.js';
 import type {
   Attempt,
   AttemptOptions,
+  Handover,
   Inspection,
   LockStore,
   LeaseExtension,
@@ -48,9 +49,10 @@ export class RedisStore implements LockStore {
   private readonly wakeUps: WakeUps;
   private readonly deadlines: CommandDeadlines;
   /**
-   * A lease handed to a waiter lasts this long until the waiter extends it to its own ttl: long
-   * enough for the message and the extension to arrive, short enough that a lease handed to a
-   * waiter that is gone meanwhile returns to the line soon. Whole ms: it goes to PX.
+   * A lease this store's releases hand to a waiter lasts this long until the waiter extends it to its
+   * own ttl: long enough for the message and the extension to arrive, short enough that a lease handed
+   * to a waiter that is gone meanwhile returns to the line soon. Whole ms: it goes to PX. A waiter of
+   * another process, whose own may differ, is told the lease as written (`Handover.lease`).
    */
   readonly handoverLease: number;
   readonly keepsLine = true;
@@ -147,16 +149,16 @@ export class RedisStore implements LockStore {
       args.push(successor.token, successor.jump ? '1' : '0', toMillis(successor.ttl));
       args.push(...kind.redis.requestArgs(successor.request));
     }
-    let handedFence = 0;
+    let handover: Handover | null = null;
     try {
-      // 0 or 1: whether it was held; [1, fence]: held, and handed to the successor.
+      // 0 or 1: whether it was held; [that, PASSED_WITHOUT_FENCE, ms]: handed to the successor for ms.
       const reply = (await this.runScript(kind, 'release', id, kind.redis.release, args)) as
-        Integer | [Integer, Integer];
+        Integer | [Integer, Integer, Integer];
       if (!Array.isArray(reply)) return Number(reply) === 1;
-      handedFence = Number(reply[1]);
+      handover = { fence: Number(reply[1]), lease: Number(reply[2]) };
       return Number(reply[0]) === 1;
     } finally {
-      if (successor !== undefined) this.deliverToSuccessor(kind, id, successor, handedFence);
+      if (successor !== undefined) this.deliverToSuccessor(kind, id, successor, handover);
     }
   }
 
@@ -222,10 +224,10 @@ export class RedisStore implements LockStore {
       close: () => turn.close(),
       // A lease handed over counts only once the replicas have it too (see `acquire`).
       wait: async (wait, signal) => {
-        const fence = await turn.wait(wait, signal);
-        if (fence === 0 || (await this.acknowledged(id, waitForReplicas))) return fence;
+        const handover = await turn.wait(wait, signal);
+        if (handover === null || (await this.acknowledged(id, waitForReplicas))) return handover;
         await this.release(kind, id, token).catch(() => undefined);
-        return 0;
+        return null;
       },
     };
   }
@@ -307,9 +309,9 @@ export class RedisStore implements LockStore {
   }
 
   /** Tells `successor` how the release that named it went; a lease it was handed goes to its turn. */
-  private deliverToSuccessor(kind: StoreKind, id: string, successor: Successor, fence: number): void {
-    successor.passed(fence);
-    if (fence !== 0 && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, fence)) {
+  private deliverToSuccessor(kind: StoreKind, id: string, successor: Successor, handover: Handover | null): void {
+    successor.passed(handover?.fence ?? 0);
+    if (handover !== null && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, handover)) {
       // The successor stopped waiting while the release was on its way: nobody will use its lease.
       this.release(kind, id, successor.token).catch(() => undefined);
     }

@@ -1,10 +1,10 @@
 import { randomBytes } from 'node:crypto';
 import type { Cluster, Redis } from 'ioredis';
-import type { Turn, TurnWait } from '../store.js';
+import type { Handover, Turn, TurnWait } from '../store.js';
 
 interface Waiter {
-  /** Ends the wait: with the fence of a lease handed to it, or 0 for "look again". */
-  settle(fence: number): void;
+  /** Ends the wait: with the lease handed to it, or `null` for "look again". */
+  settle(handover: Handover | null): void;
 }
 
 interface Channel {
@@ -25,8 +25,8 @@ const LINGER_MS = 2_000;
  * The wake-up channels of one Redis store, on one subscriber connection of its own. A release
  * publishes to the process of the waiter it tells, on the channel of its lock or semaphore with that
  * process's suffix (`<channel>:<process>`, which the waiter's attempt recorded with its place in line):
- * `<token> <fence>` tells one waiter that the lease was handed to it, `<token> 0` wakes one waiter to
- * try for it; the other processes waiting for the lease hear nothing. A subscription is counted by
+ * `<token> <fence> <lease ms>` tells one waiter that the lease was handed to it and for how long the
+ * releaser wrote it, `<token> 0 0` wakes one waiter to try for it; the other processes waiting for the lease hear nothing. A subscription is counted by
  * its waiters and dropped once nobody waits.
  *
  * Redis loses a message only with the subscriber's connection. So a waiter whose channel is
@@ -73,9 +73,9 @@ export class WakeUps {
    * A release of this process handed the lease to the waiter `token` (see `Successor`): told as a
    * handover message would tell it. `false` when that waiter's turn is closed (it stopped waiting).
    */
-  handOver(channel: string, token: string, fence: number): boolean {
+  handOver(channel: string, token: string, handover: Handover): boolean {
     const turn = this.turnOf(channel, token);
-    turn?.handed(fence);
+    turn?.handed(handover);
     return turn !== undefined;
   }
 
@@ -98,8 +98,8 @@ export class WakeUps {
    * as the subscription stands, so that the caller looks again at once: a release may have come
    * before anyone listened.
    */
-  wait(turn: RedisTurn, wait: TurnWait, signal?: AbortSignal): Promise<number> {
-    return new Promise<number>((resolve, reject) => {
+  wait(turn: RedisTurn, wait: TurnWait, signal?: AbortSignal): Promise<Handover | null> {
+    return new Promise<Handover | null>((resolve, reject) => {
       if (signal?.aborted) {
         reject(signal.reason);
         return;
@@ -112,10 +112,10 @@ export class WakeUps {
         this.leave(name, subscription, entry);
       };
       const entry: Waiter = {
-        settle: (fence) => {
+        settle: (handover) => {
           end();
           signal?.removeEventListener('abort', onAbort);
-          resolve(fence);
+          resolve(handover);
         },
       };
       const onAbort = () => {
@@ -125,7 +125,7 @@ export class WakeUps {
       subscription.waiters.add(entry);
       turn.waiting = entry;
       signal?.addEventListener('abort', onAbort, { once: true });
-      const timer = setTimeout(() => entry.settle(0), subscription.ready ? wait.limit : wait.step);
+      const timer = setTimeout(() => entry.settle(null), subscription.ready ? wait.limit : wait.step);
     });
   }
 
@@ -255,10 +255,15 @@ export class WakeUps {
   private deliver(name: string, message: string): void {
     const subscription = this.channels.get(name);
     if (subscription === undefined) return;
-    // "<token> <fence>", or "<token> 0" (woken to try): the fence has no space in it, a caller's own token may.
-    const space = message.lastIndexOf(' ');
+    // "<token> <fence> <lease ms>", or "<token> 0 0" (woken to try): the numbers have no space in
+    // them, a caller's own token may.
+    const leaseAt = message.lastIndexOf(' ');
+    const fenceAt = message.lastIndexOf(' ', leaseAt - 1);
+    const fence = Number(message.slice(fenceAt + 1, leaseAt));
+    const lease = Number(message.slice(leaseAt + 1));
     const channel = name.slice(0, name.length - this.process.length - 1);
-    this.turnOf(channel, message.slice(0, space))?.handed(Number(message.slice(space + 1)));
+    const handover = fence > 0 && lease > 0 ? { fence, lease } : null;
+    this.turnOf(channel, message.slice(0, fenceAt))?.handed(handover);
   }
 }
 
@@ -267,7 +272,7 @@ export class WakeUps {
  * its way, and the release came right after it) is kept for its next wait.
  */
 class RedisTurn implements Turn {
-  private handedFence = 0;
+  private handover: Handover | null = null;
   /** Woken while it was not waiting: its next wait ends at once. */
   private woken = false;
   /** The wait in progress, if any (set by `WakeUps.wait`). */
@@ -279,23 +284,23 @@ class RedisTurn implements Turn {
     readonly token: string,
   ) {}
 
-  wait(wait: TurnWait, signal?: AbortSignal): Promise<number> {
-    if (this.handedFence !== 0) {
-      const fence = this.handedFence;
-      this.handedFence = 0;
-      return Promise.resolve(fence);
+  wait(wait: TurnWait, signal?: AbortSignal): Promise<Handover | null> {
+    if (this.handover !== null) {
+      const handover = this.handover;
+      this.handover = null;
+      return Promise.resolve(handover);
     }
     if (this.woken) {
       this.woken = false;
-      return Promise.resolve(0);
+      return Promise.resolve(null);
     }
     return this.wakeUps.wait(this, wait, signal);
   }
 
-  /** The lease was handed to this waiter (its fence, or `PASSED_WITHOUT_FENCE`), or it was woken to try for it (0). */
-  handed(fence: number): void {
-    if (this.waiting) this.waiting.settle(fence);
-    else if (fence !== 0) this.handedFence = fence;
+  /** The lease was handed to this waiter, or (`null`) it was woken to try for it. */
+  handed(handover: Handover | null): void {
+    if (this.waiting) this.waiting.settle(handover);
+    else if (handover !== null) this.handover = handover;
     else this.woken = true;
   }
 
@@ -305,7 +310,7 @@ class RedisTurn implements Turn {
 }
 
 function wakeAll(subscription: Channel): void {
-  for (const waiter of [...subscription.waiters]) waiter.settle(0);
+  for (const waiter of [...subscription.waiters]) waiter.settle(null);
 }
 
 function isCluster(client: Redis | Cluster): client is Cluster {

@@ -63,8 +63,6 @@ type NodeResult<T> = { ok: true; value: T } | { ok: false; error: LockBackendErr
  */
 export class RedlockStore implements LockStore {
   private closed = false;
-  /** Redlock hands nothing over (no fair line): never used, but part of the contract. */
-  readonly handoverLease: number;
   private readonly markerKey: string;
   private readonly onReady: (() => void)[] = [];
 
@@ -72,7 +70,6 @@ export class RedlockStore implements LockStore {
     private readonly clients: readonly Redis[],
     private readonly options: RedlockStoreOptions,
   ) {
-    this.handoverLease = Math.ceil(Math.max(1_000, 2 * options.commandTimeout));
     this.markerKey = `${options.keyPrefix}redlock:born`;
     // A node's quarantine starts when the client (re)connects, not at the first lock: a restarted master
     // is marked as soon as it is back, and the scripts mark one that was flushed without a reconnect.
@@ -284,7 +281,7 @@ export class RedlockStore implements LockStore {
     return {
       wait: async (wait: TurnWait, signal?: AbortSignal) => {
         await sleep(Math.max(0, wait.step), signal);
-        return 0;
+        return null;
       },
       close: () => undefined,
     };
