@@ -1,4 +1,4 @@
-import type { LockService } from 'nest-lock';
+import type { Fairness, LockService } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { deferred } from './deferred.js';
 import { uniqueKey } from './lock-app.js';
@@ -10,8 +10,15 @@ import { uniqueKey } from './lock-app.js';
  * the figures themselves.
  */
 
-/** Ms a writer waits while four loops of overlapping 30 ms reads (7.5 ms apart) keep the key read without a gap. */
-export async function writerWaitAmidReads(readers: LockService, writers: LockService): Promise<number> {
+/**
+ * Ms a writer (of fairness `fair`) waits while four loops of overlapping 30 ms reads (7.5 ms apart)
+ * keep the key read without a gap.
+ */
+export async function writerWaitAmidReads(
+  readers: LockService,
+  writers: LockService,
+  fair: Fairness = true,
+): Promise<number> {
   const key = uniqueKey('busy-readers');
   let reading = true;
   const loops = Array.from({ length: 4 }, async (_, i) => {
@@ -22,7 +29,7 @@ export async function writerWaitAmidReads(readers: LockService, writers: LockSer
   if ((await readers.inspect(key)).mode !== 'read') throw new Error('the readers do not hold the key');
 
   const asked = performance.now();
-  const writer = await writers.lock(key, { timeout: 5_000 });
+  const writer = await writers.lock(key, { timeout: 5_000, fair });
   const waited = performance.now() - asked;
   reading = false;
   await writer.unlock();

@@ -88,7 +88,8 @@ end
  * - A lock that is free or held by readers while waiters stand in line (a holder's lease ran out, or
  *   a handover to a waiter that was gone expired) serves the line first, and the caller joins it.
  * - A reader is admitted beside the readers holding the lock only while nobody waits in line ahead of
- *   it (fair or not): a waiting writer holds back every reader that arrives after it.
+ *   it (fair or not): a waiting writer holds back every reader that arrives after it. A writer refused
+ *   by readers joins the line even when it is unordered (`fair: false`), so that it does too.
  */
 export const acquireLockScript = script(
   'acquireLock',
@@ -141,7 +142,10 @@ if not first or first == token then
     return 1
   end
 end
-if waitMs > 0 then join(token, fair, nowMs, nowMicros, waitMs, ttl, reads and (ARGV[9] .. ' r') or ARGV[9]) end
+-- A writer refused by readers stands in the line whatever its fairness: the readers that come after it
+-- wait behind it, so that a stream of readers never starves a writer (an unordered one included).
+local inOrder = fair or (not reads and holder == '')
+if waitMs > 0 then join(token, inOrder, nowMs, nowMicros, waitMs, ttl, reads and (ARGV[9] .. ' r') or ARGV[9]) end
 return {redis.call('PTTL', lease), lastFence()}
 `,
 );
