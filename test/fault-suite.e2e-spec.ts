@@ -39,6 +39,19 @@ const MIN_LOCK_OPERATIONS = 10_000;
 /** Time for the workers between two faults. */
 const BETWEEN_FAULTS = 1_500;
 
+/**
+ * The processes of one deployment differ (a rolling deploy, services configured apart): each worker
+ * process takes the next of these settings over its phase's. Their handover leases (max(1 s,
+ * 2 × commandTimeout)) differ 30-fold, and so do the deadlines their waiters keep in line.
+ */
+type ProcessSettings = Pick<FaultWorkerConfig, 'commandTimeout' | 'maxStep' | 'fair'>;
+const MIXED_SETTINGS: ProcessSettings[] = [
+  { commandTimeout: COMMAND_TIMEOUT, maxStep: 25, fair: true },
+  { commandTimeout: 100, maxStep: 200, fair: 'strict' },
+  { commandTimeout: 3_000, maxStep: 60, fair: true },
+  { commandTimeout: 400, maxStep: 10, fair: false },
+];
+
 interface FaultWorkerConfig {
   mode: 'lock' | 'semaphore' | 'broken';
   run: string;
@@ -51,6 +64,7 @@ interface FaultWorkerConfig {
   timeout: number;
   maxStep: number;
   commandTimeout: number;
+  fair?: boolean | 'strict';
   sectionMs: number;
   slowSectionMs?: number;
   limit?: number;
@@ -161,8 +175,13 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
     private readonly workers = new Map<number, { child: ChildProcess; exited: Promise<unknown[]> }>();
     private readonly killed = new Set<number>();
     private readonly seeded: string[] = [];
+    private spawned = 0;
 
-    constructor(readonly config: FaultWorkerConfig) {}
+    /** Each process spawned takes the next of `settings` over `config`. */
+    constructor(
+      readonly config: FaultWorkerConfig,
+      private readonly settings: readonly ProcessSettings[] = MIXED_SETTINGS,
+    ) {}
 
     private key(name: string): string {
       return `${this.config.run}:${name}`;
@@ -184,7 +203,8 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
     }
 
     async spawn(): Promise<number> {
-      const { child } = await startWorker('fault-worker', [JSON.stringify(this.config)]);
+      const own = this.settings[this.spawned++ % this.settings.length];
+      const { child } = await startWorker('fault-worker', [JSON.stringify({ ...this.config, ...own })]);
       spawnedWorkers.add(child);
       this.workers.set(child.pid!, { child, exited: once(child, 'exit') });
       return child.pid!;
@@ -566,6 +586,46 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
       leaseOverlapsCausedByFlushall: overlaps.length,
       fenceOrderViolations: fenceOrder.length,
       fencedWorkViolations: fencedWork.length,
+    };
+  }, 60_000);
+
+  // Found by the fourth outside review: a waiter counted a lease handed over by a process of another
+  // commandTimeout by its own handover lease (6 s at 3,000 ms) where the server held the releaser's (1 s
+  // at 100 ms), renewed it too late, and the next waiter took the key while it still held it.
+  it('keeps leases handed over between three processes of different commandTimeout and maxStep exclusive', async () => {
+    const settings: ProcessSettings[] = [
+      { commandTimeout: 100, maxStep: 25 },
+      { commandTimeout: 3_000, maxStep: 200 },
+      { commandTimeout: 250, maxStep: 60 },
+    ];
+    // Sections on the slow key outlive the shortest handover lease (1 s), not the 6 s ttl: each holder
+    // must renew the lease it was handed by the lease's own length, not by its settings.
+    const config = workerConfig('mixed', { ttl: 6_000, timeout: 20_000, slowSectionMs: 1_400, expires: false });
+    const phase = new Phase(config, settings);
+    await phase.seed(4_000, config.keys);
+    await phase.seed(100, [config.slowKey!]);
+    await phase.start(settings.length);
+    await phase.waitForHolds(300, 20_000);
+    await delay(9_000);
+    const history = await phase.stop();
+
+    const overlaps = checkMutualExclusion(history.holds);
+    const fenceOrder = checkFenceOrder(history.holds);
+    const slowHolds = history.holds.filter((hold) => hold.key === config.slowKey);
+    const slowHolders = new Set(slowHolds.map((hold) => hold.pid));
+    expect(describeViolations(overlaps)).toEqual([]);
+    expect(describeViolations(fenceOrder)).toEqual([]);
+    expect(slowHolds.length).toBeGreaterThanOrEqual(5);
+    expect(slowHolders.size).toBe(settings.length);
+    expectHealthyWorkers(history);
+    figures['mixed settings (handovers)'] = {
+      workerProcesses: settings.length,
+      commandTimeouts: settings.map((each) => each.commandTimeout).join(' / '),
+      lockOperations: history.holds.length,
+      holdsPastTheShortestHandoverLease: slowHolds.length,
+      leasesLost: formatCounts(sumCounts(history.summaries.map((summary) => summary.lost))),
+      overlaps: overlaps.length,
+      fenceOrderViolations: fenceOrder.length,
     };
   }, 60_000);
 

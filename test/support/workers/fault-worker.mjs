@@ -27,6 +27,8 @@
 // With `expires`, holders in the lock and semaphore modes call `expire()` with random shorter and
 // longer ttls (0.3 to 1.2 × ttl) during their holds, unawaited too, so that it races the watchdog's
 // renewals; each answer is followed by a validity sample, which the checker holds against other grants.
+// The module's `commandTimeout`, `maxStep` and `fair` are the process's own: the suite gives each
+// process other settings, as a rolling deploy or two services configured apart would.
 // With `redlockUrls`, the module runs Redlock over those masters instead of `lockUrl` (`quarantine`: its
 // redlock.quarantine); the broken mode then DELs the lock's key on every master.
 // Records go to lists on the resource server as they happen, so that a SIGKILLed worker leaves every
@@ -70,7 +72,12 @@ const app = await NestFactory.createApplicationContext(
       ? { redlock: withoutUndefined({ nodes: config.redlockUrls, quarantine: config.quarantine }) }
       : { redis: config.lockUrl }),
     ...withoutUndefined({ commandTimeout: config.commandTimeout }),
-    defaults: withoutUndefined({ ttl: config.ttl, timeout: config.timeout, maxStep: config.maxStep }),
+    defaults: withoutUndefined({
+      ttl: config.ttl,
+      timeout: config.timeout,
+      maxStep: config.maxStep,
+      fair: config.fair,
+    }),
     // Not in fence mode, which needs nothing but fences.
     ...(config.mode === 'fence' ? {} : { onLockLost: () => summary.lostHookCalls++ }),
   }),
