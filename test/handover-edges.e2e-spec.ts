@@ -1,5 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { LockStore, LockTimeoutError, RedisStore } from 'nest-lock';
+import { LockTimeoutError } from 'nest-lock';
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { DelayProxy } from './support/delay-proxy.js';
@@ -7,7 +7,7 @@ import { bootLockModule, closeLockApp, type LockApp, uniqueKey, useLockApp } fro
 import { useRedisClient } from './support/redis-server.js';
 import { busyWait } from './support/timing.js';
 import { onWorkerReports, spawnWorker } from './support/workers.js';
-import { lockKind, semaphoreKind } from './support/kinds.js';
+import { lockKind, LockStore, RedisStore, semaphoreKind } from './support/kinds.js';
 
 /**
  * Regression tests for the second adversarial review (of fair waiting and handover): each failed on
@@ -79,6 +79,44 @@ describe('handover at the edges', () => {
       await once(child, 'exit').catch(() => undefined);
     }
   }, 20_000);
+
+  // Found by the fourth outside review: a waiter stalled past a handover (a busy event loop) read its
+  // message after the lease had gone to another owner; its attempt meanwhile found the fence counter
+  // expired (fenceCounterTtl 1000), reported 0 as the last fence, and the stale message passed for a
+  // fresh one: the waiter held the lock with ~1 s of validity beside its owner, in 9 of 10 runs.
+  it.each(['lock', 'semaphore'] as const)(
+    'an attempt after the fence counter expired still bounds every earlier fence (%s): a stale handover stays stale',
+    async (which) => {
+      const short = await bootLockModule({ redis: server().url, fenceCounterTtl: 1_000 });
+      try {
+        const shortStore = short.module.get<RedisStore>(LockStore);
+        const kind = which === 'lock' ? lockKind : semaphoreKind;
+        const id = uniqueKey(`expired-counter-${which}`);
+        const options = { fair: true, liveness: 5_000, inLine: false };
+        const attempt = (token: string) =>
+          which === 'lock'
+            ? shortStore.acquire(lockKind, id, 'write', token, 200, options)
+            : shortStore.acquire(semaphoreKind, id, 1, token, 200, options);
+        expect((await attempt('holder')).granted).toBe(true);
+        const fence = await shortStore.fence(kind, id, 'holder');
+        expect(fence).toBeGreaterThan(0);
+        expect(await shortStore.release(kind, id, 'holder')).toBe(true);
+        // The counter outlives its last fence by 1 s; the lease (200 ms) is long gone by then too.
+        await delay(1_100);
+        expect(await redis().exists(shortStore.keysOf(kind, id)[1])).toBe(0);
+        expect((await attempt('other')).granted).toBe(true);
+
+        const refused = await attempt('late-waiter');
+
+        expect(refused.granted).toBe(false);
+        expect(refused.lastFence).toBeGreaterThanOrEqual(fence);
+        await shortStore.release(kind, id, 'other');
+        await shortStore.giveBack(kind, id, 'late-waiter');
+      } finally {
+        await closeLockApp(short);
+      }
+    },
+  );
 
   // Found by the third outside review: a lease passed inside the process was taken however late its
   // pass was read, even after its lease had run out and another process held the lock: the waiter got

@@ -232,8 +232,9 @@ export interface Attempt {
   /** Not granted: ms the holder's lease (the first to run out) still runs by itself; ≤ 0 unknown. */
   retryIn: number;
   /**
-   * Not granted: the last fence the lease issued when this attempt ran (0 if unknown). A handover
-   * message whose fence is above it came after this attempt; one at or below it is stale.
+   * Not granted: a bound of every fence the lease had issued when this attempt ran (0 if unknown),
+   * whether or not its counter is still kept. A handover message whose fence is above it came after
+   * this attempt; one at or below it is stale.
    */
   lastFence?: number;
   /**

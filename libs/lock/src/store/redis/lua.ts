@@ -65,10 +65,15 @@ local function nextFence()
   return drawFence(counter, counterTtl)
 end
 
--- The last fence this key issued: a waiter told to wait compares it with the fence of a handover
--- message, which is above it only if the handover came after this attempt.
+-- A bound of every fence this key issued so far: a waiter told to wait compares it with the fence of
+-- a handover message, which is above it only if the handover came after this attempt. The counter, or
+-- the server clock in µs when that is ahead: a counter expires only once the clock is past its last
+-- fence (FENCE_RULE), and a fence drawn later is at least the clock then. Without the clock, an expired
+-- counter would read 0, and a message of any earlier handover would pass for a fresh one.
 local function lastFence()
-  return redis.call('GET', counter) or '0'
+  local _, micros = serverTime()
+  local counted = tonumber(redis.call('GET', counter)) or 0
+  return string.format('%.0f', math.max(counted, micros))
 end
 
 local function leaveLine(token)
