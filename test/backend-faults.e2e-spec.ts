@@ -194,7 +194,7 @@ describe('reply errors from Redis', () => {
       expect(codes).toEqual({ unlock: 'BACKEND_ERROR', expire: 'BACKEND_ERROR', count: 'BACKEND_ERROR' });
     });
 
-    it('rejects at once with BACKEND_ERROR when the ACL user may not touch the lock key (NOPERM)', async () => {
+    it('rejects at once with BACKEND_MISCONFIGURED when the ACL user may not touch the lock key (NOPERM)', async () => {
       await redis().acl('SETUSER', 'orders-only', 'on', '>secret', '~order:*', '&*', '+@all');
       const limited = await bootLockModule({
         redis: `redis://orders-only:secret@127.0.0.1:${server().port}`,
@@ -206,7 +206,7 @@ describe('reply errors from Redis', () => {
 
         const error = await limited.locks.lock(key, { timeout: 3_000 }).catch((e: unknown) => e);
 
-        expect(error).toMatchObject({ code: 'BACKEND_ERROR', key });
+        expect(error).toMatchObject({ code: 'BACKEND_MISCONFIGURED', key });
         expect((error as Error).message).toContain('NOPERM');
         expect(performance.now() - started).toBeLessThan(2_500);
       } finally {

@@ -254,7 +254,8 @@ function ping(port: number): Promise<boolean> {
       resolve(answer);
     };
     socket.once('connect', () => socket.write('PING\r\n'));
-    socket.once('data', (data) => finish(data.toString().startsWith('+PONG')));
+    // A server with a password answers NOAUTH: it is up all the same.
+    socket.once('data', (data) => finish(/^(\+PONG|-NOAUTH)/.test(data.toString())));
     socket.once('error', () => finish(false));
     socket.once('timeout', () => finish(false));
   });

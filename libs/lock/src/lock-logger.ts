@@ -2,12 +2,20 @@ import { Logger, type LoggerService } from '@nestjs/common';
 
 /** What nest-lock writes to its log: details, notices and warnings, each under the context it was created with. */
 export interface LockLogger {
+  verbose(message: string): void;
   debug(message: string): void;
   log(message: string): void;
   warn(message: string): void;
+  error(message: string): void;
 }
 
-const SILENT: LockLogger = { debug: () => undefined, log: () => undefined, warn: () => undefined };
+const SILENT: LockLogger = {
+  verbose: () => undefined,
+  debug: () => undefined,
+  log: () => undefined,
+  warn: () => undefined,
+  error: () => undefined,
+};
 
 /**
  * The module's `logger` option as nest-lock uses it: Nest's own `Logger` when none was given (so
@@ -22,14 +30,18 @@ export function createLockLogger(option: LoggerService | false | undefined, cont
     option === undefined
       ? new Logger(context)
       : {
+          verbose: (message): unknown => option.verbose?.(message, context),
           debug: (message): unknown => option.debug?.(message, context),
           log: (message): unknown => option.log(message, context),
           warn: (message): unknown => option.warn(message, context),
+          error: (message): unknown => option.error(message, context),
         };
   return {
+    verbose: (message) => tolerate(() => logger.verbose(message)),
     debug: (message) => tolerate(() => logger.debug(message)),
     log: (message) => tolerate(() => logger.log(message)),
     warn: (message) => tolerate(() => logger.warn(message)),
+    error: (message) => tolerate(() => logger.error(message)),
   };
 }
 

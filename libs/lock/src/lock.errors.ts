@@ -8,9 +8,24 @@ export function errorMessage(error: unknown): string {
   }
 }
 
+/**
+ * Every `code` a `LockError` carries: stable across versions, for `switch` and for clients of the
+ * HTTP answers, where the body names it.
+ */
+export type LockErrorCode =
+  | 'LOCK_TIMEOUT'
+  | 'SEMAPHORE_TIMEOUT'
+  | 'INVALID_ARGUMENT'
+  | 'BACKEND_UNAVAILABLE'
+  | 'BACKEND_MISCONFIGURED'
+  | 'BACKEND_ERROR'
+  | 'LOCK_UPGRADE'
+  | 'LOCK_LOST'
+  | 'NOT_CONFIGURED';
+
 /** Base class of every error nest-lock raises; `code` is stable, the message is for humans. */
 export abstract class LockError extends Error {
-  abstract readonly code: string;
+  abstract readonly code: LockErrorCode;
 
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
@@ -91,11 +106,13 @@ export class InvalidArgumentError extends LockError {
 /**
  * The store failed. `BACKEND_UNAVAILABLE`: Redis could not be reached, did not answer in time, or
  * answered with an error that passes (a failover, a load); waits retry it until their deadline.
- * `BACKEND_ERROR`: Redis answered with an error that retrying cannot fix (`WRONGTYPE`, `NOPERM`,
- * a script error); raised at once.
+ * `BACKEND_MISCONFIGURED`: Redis refuses this client's configuration — a wrong password or user
+ * (`WRONGPASS`, `NOAUTH`), a user without the rights (`NOPERM`), a database that does not exist —
+ * raised at once, until the configuration is fixed. `BACKEND_ERROR`: Redis answered with another
+ * error that retrying cannot fix (`WRONGTYPE`, a script error); raised at once.
  */
 export class LockBackendError extends LockError {
-  readonly code: 'BACKEND_UNAVAILABLE' | 'BACKEND_ERROR';
+  readonly code: 'BACKEND_UNAVAILABLE' | 'BACKEND_MISCONFIGURED' | 'BACKEND_ERROR';
 
   constructor(
     message: string,
@@ -108,7 +125,7 @@ export class LockBackendError extends LockError {
     this.retryable = options?.retryable ?? this.code === 'BACKEND_UNAVAILABLE';
   }
 
-  /** Whether trying again later may succeed (not for a closed store, nor for a `BACKEND_ERROR`). */
+  /** Whether trying again later may succeed (not for a closed store, a misconfiguration, nor a `BACKEND_ERROR`). */
   private readonly retryable: boolean;
 
   get transient(): boolean {
@@ -164,3 +181,11 @@ const WHY: Record<LockLostError['reason'], string> = {
   expired: 'its lease ran out before it could be renewed',
   released: 'its holder released it',
 };
+
+/**
+ * nest-lock is not set up where it is used: a class with `@WithLock` / `@Semaphore` that Nest did not
+ * create, in a process where no `LockModule` runs (or several do, and the class cannot tell which).
+ */
+export class LockNotConfiguredError extends LockError {
+  readonly code = 'NOT_CONFIGURED';
+}

@@ -1,11 +1,12 @@
 import { errorMessage, LockBackendError } from '../../lock.errors.js';
+import { type ConnectionState, misconfigurationOf } from './connection-state.js';
 
 /**
  * Reply errors that pass by themselves (a failover, a load, a busy script, memory pressure):
  * retried like an outage. `NOSCRIPT` reaches a caller only when its script was not sent again (the
  * caller had given up on it): it did not run, and the next attempt sends it anew. Any other reply
- * error (`WRONGTYPE`, `NOPERM`, a script error) would only be answered again, so it is raised at
- * once as `BACKEND_ERROR`.
+ * error (`WRONGTYPE`, a script error; `NOPERM` and the like: `BACKEND_MISCONFIGURED`) would only be
+ * answered again, so it is raised at once.
  */
 const TRANSIENT_REPLY = /^(READONLY|LOADING|MASTERDOWN|TRYAGAIN|CLUSTERDOWN|BUSY|OOM|NOREPLICAS|MISCONF|NOSCRIPT)\b/;
 
@@ -21,16 +22,40 @@ export function unansweredError(purpose: string, key: string, commandTimeout: nu
 }
 
 /**
- * A client error as users read it: what could not be done (`purpose`) and why, in one line; the
- * client's own error (ioredis's message, its stack) stays in `cause`. `BACKEND_ERROR` for a reply
- * error that would only come again, else `BACKEND_UNAVAILABLE`.
+ * Redis refuses this client's configuration (`misconfiguration`: the reply's text): raised at once,
+ * not retried, until the configuration is fixed.
  */
-export function backendErrorOf(error: unknown, purpose: string, key: string): LockBackendError {
+export function misconfiguredError(misconfiguration: string, purpose: string, key: string): LockBackendError {
+  return new LockBackendError(
+    `Redis refuses this client (${misconfiguration}): could not ${purpose}. ` +
+      'Check the password, user and database of the redis option',
+    key || undefined,
+    { code: 'BACKEND_MISCONFIGURED', retryable: false },
+  );
+}
+
+/**
+ * A client error as users read it: what could not be done (`purpose`) and why, in one line, with
+ * since when and why the connection is down when it is (`connection`); the client's own error
+ * (ioredis's message, its stack) stays in `cause`. `BACKEND_MISCONFIGURED` for a reply refusing this
+ * client's configuration, `BACKEND_ERROR` for another reply error that would only come again, else
+ * `BACKEND_UNAVAILABLE`.
+ */
+export function backendErrorOf(
+  error: unknown,
+  purpose: string,
+  key: string,
+  connection?: ConnectionState,
+): LockBackendError {
   if (error instanceof LockBackendError) return error;
   const reply = error instanceof Error && error.name === 'ReplyError' ? errorMessage(error) : undefined;
   if (reply === undefined) {
-    return new LockBackendError(`Redis is unreachable: could not ${purpose}`, key, { cause: error });
+    const down = connection?.down;
+    const why = down === undefined ? '' : ` (since ${new Date(down.since).toISOString()}: ${down.reason})`;
+    return new LockBackendError(`Redis is unreachable${why}: could not ${purpose}`, key, { cause: error });
   }
+  const misconfiguration = misconfigurationOf(error);
+  if (misconfiguration !== undefined) return misconfiguredError(misconfiguration, purpose, key);
   const transient = TRANSIENT_REPLY.exec(reply);
   if (transient !== null) {
     return new LockBackendError(`Redis is not serving requests (${transient[1]}): could not ${purpose}`, key, {

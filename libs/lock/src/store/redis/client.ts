@@ -1,6 +1,7 @@
 import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import { isClusterOption, type RedisClusterOption } from './redis-options.js';
-import { InvalidArgumentError } from '../../lock.errors.js';
+import { errorMessage, InvalidArgumentError } from '../../lock.errors.js';
+import { connectionStateOf, misconfigurationOf } from './connection-state.js';
 
 /**
  * Client settings for a connection the module opens itself. A lock command must either
@@ -51,9 +52,13 @@ const MODULE_CLUSTER_DEFAULTS: ClusterOptions = {
   clusterRetryStrategy: (attempt) => Math.min(attempt * 100, 2_000),
 };
 
-type ModuleLogger = { log(message: string): void; warn(message: string): void };
+type ModuleLogger = { log(message: string): void; warn(message: string): void; error(message: string): void };
 
-/** Opens the module's own client and logs each outage once rather than every reconnect attempt. */
+/**
+ * Opens the module's own client and logs each outage twice — when it starts (since when, and why in
+ * the client's words) and when it ends — rather than every reconnect attempt or failed call; a
+ * refused configuration (a wrong password, user or database) once, as an error.
+ */
 export async function connectModuleClient(redis: string | RedisOptions, logger: ModuleLogger): Promise<Redis>;
 export async function connectModuleClient(
   redis: string | RedisOptions | RedisClusterOption,
@@ -78,16 +83,32 @@ export async function connectModuleClient(
     client = new ioredis.Redis({ ...MODULE_CLIENT_DEFAULTS, ...redis });
   }
 
-  let reachable = true;
+  const connection = connectionStateOf(client);
+  let outageSince: number | undefined;
+  let refusalLogged: string | undefined;
   client.on('error', (error: Error) => {
-    if (!reachable) return;
-    reachable = false;
-    logger.warn(`Redis is unreachable (${error.message}); lock calls fail with LockBackendError until it is back`);
+    const refused = misconfigurationOf(error);
+    if (refused !== undefined) {
+      if (refused === refusalLogged) return;
+      refusalLogged = refused;
+      logger.error(
+        `Redis refuses this client (${refused}): check the password, user and database of the redis option. ` +
+          'Lock calls fail at once with BACKEND_MISCONFIGURED until it is fixed',
+      );
+      return;
+    }
+    if (outageSince !== undefined || client.status === 'ready') return;
+    outageSince = Date.now();
+    logger.warn(
+      `Redis is unreachable since ${new Date(outageSince).toISOString()} (${errorMessage(error)}): ` +
+        'lock calls fail with BACKEND_UNAVAILABLE until it is back',
+    );
   });
   client.on('ready', () => {
-    if (reachable) return;
-    reachable = true;
-    logger.log('Redis is reachable again');
+    if (connection.misconfiguration === undefined) refusalLogged = undefined;
+    if (outageSince === undefined) return;
+    logger.log(`Redis is reachable again, after ${((Date.now() - outageSince) / 1_000).toFixed(1)} s`);
+    outageSince = undefined;
   });
 
   if (client.status === 'wait') {

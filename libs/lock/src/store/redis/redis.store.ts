@@ -12,8 +12,9 @@ import type {
   Turn,
 } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
-import { backendErrorOf, unansweredError } from './backend-messages.js';
+import { backendErrorOf, misconfiguredError, unansweredError } from './backend-messages.js';
 import { CommandDeadlines } from './command-deadlines.js';
+import { type ConnectionState, connectionStateOf } from './connection-state.js';
 import { hashTagged, slotOf, toMillis } from './key-layout.js';
 import { type Integer, leaseRunsOutIn } from './replies.js';
 import type { CompiledScript, RedisScript } from './script.js';
@@ -48,6 +49,7 @@ export class RedisStore implements LockStore {
   private corked = false;
   private readonly wakeUps: WakeUps;
   private readonly deadlines: CommandDeadlines;
+  private readonly connection: ConnectionState;
   /**
    * A lease this store's releases hand to a waiter lasts this long until the waiter extends it to its
    * own ttl: long enough for the message and the extension to arrive, short enough that a lease handed
@@ -63,6 +65,7 @@ export class RedisStore implements LockStore {
   ) {
     this.wakeUps = new WakeUps(client);
     this.deadlines = new CommandDeadlines(options.commandTimeout);
+    this.connection = connectionStateOf(client);
     this.handoverLease = Math.ceil(Math.max(1_000, 2 * options.commandTimeout));
   }
 
@@ -393,6 +396,9 @@ export class RedisStore implements LockStore {
     command: (timedOut: () => boolean) => Promise<T>,
   ): Promise<T> {
     if (this.closed) throw new LockBackendError('The Redis lock store is closed', id, { retryable: false });
+    // Refused for its password, user or database: every command would be; none waits for that.
+    const { misconfiguration } = this.connection;
+    if (misconfiguration !== undefined) throw misconfiguredError(misconfiguration, phrase(purpose), id);
     this.shareWrite();
     const deadline = performance.now() + this.options.commandTimeout;
     try {
@@ -402,7 +408,7 @@ export class RedisStore implements LockStore {
         id,
       );
     } catch (error) {
-      throw backendErrorOf(error, phrase(purpose), id);
+      throw backendErrorOf(error, phrase(purpose), id, this.connection);
     }
   }
 

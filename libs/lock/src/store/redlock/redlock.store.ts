@@ -3,7 +3,8 @@ import { InvalidArgumentError, LockBackendError } from '../../lock.errors.js';
 import { driftMargin } from '../../options/durations.js';
 import { sleep } from '../../util/sleep.js';
 import { hashTagged, toMillis } from '../redis/key-layout.js';
-import { backendErrorOf } from '../redis/backend-messages.js';
+import { backendErrorOf, misconfiguredError } from '../redis/backend-messages.js';
+import { connectionStateOf } from '../redis/connection-state.js';
 import { leaseRunsOutIn } from '../redis/replies.js';
 import type { RedisScript } from '../redis/script.js';
 import {
@@ -258,7 +259,7 @@ export class RedlockStore implements LockStore {
     // Nodes that lost the lock while the quorum kept it get it back, so that it survives the next failure.
     await Promise.all(
       free.map((i) =>
-        this.onNode(id, purpose, timeout, (timedOut) =>
+        this.onNode(this.clients[i], id, purpose, timeout, (timedOut) =>
           this.evalScript(this.clients[i], redlockSeedScript, [keys[0]], [token, toMillis(ttl)], timedOut),
         ),
       ),
@@ -396,8 +397,12 @@ export class RedlockStore implements LockStore {
     const message =
       `Only ${answered} of ${results.length} Redlock nodes answered (quorum ${this.options.quorum}): ` +
       `could not ${purpose}${first ? ` (${first.message})` : ''}`;
-    const code = failures.some((failure) => failure.code === 'BACKEND_ERROR') ? 'BACKEND_ERROR' : undefined;
-    return new LockBackendError(message, key, { cause: first, ...(code ? { code } : {}) });
+    // A node whose answer would only come again (its configuration refused, a reply error) is not waited out.
+    const lasting = failures.find((failure) => failure.code !== 'BACKEND_UNAVAILABLE');
+    return new LockBackendError(message, key, {
+      cause: first,
+      ...(lasting ? { code: lasting.code, retryable: false } : {}),
+    });
   }
 
   private releaseOnAll(kind: StoreKind, id: string, token: string, timeout: number): Promise<NodeResult<unknown>[]> {
@@ -440,11 +445,14 @@ export class RedlockStore implements LockStore {
     command: (client: Redis, timedOut: () => boolean) => Promise<unknown>,
   ): Promise<NodeResult<unknown>[]> {
     this.checkOpen(key);
-    return Promise.all(this.clients.map((client) => this.onNode(key, purpose, timeout, (t) => command(client, t))));
+    return Promise.all(
+      this.clients.map((client) => this.onNode(client, key, purpose, timeout, (t) => command(client, t))),
+    );
   }
 
   /** One command on one node, bounded by `timeout`; never rejects. */
   private async onNode(
+    client: Redis,
     key: string,
     purpose: string,
     timeout: number,
@@ -464,12 +472,14 @@ export class RedlockStore implements LockStore {
         timeout,
       );
     });
+    const misconfiguration = connectionStateOf(client).misconfiguration;
+    if (misconfiguration !== undefined) return { ok: false, error: misconfiguredError(misconfiguration, purpose, key) };
     const running = command(() => performance.now() >= deadline);
     running.catch(() => undefined); // its late failure after a timeout is nobody's business
     try {
       return { ok: true, value: await Promise.race([running, expired]) };
     } catch (error) {
-      return { ok: false, error: backendErrorOf(error, purpose, key) };
+      return { ok: false, error: backendErrorOf(error, purpose, key, connectionStateOf(client)) };
     } finally {
       clearTimeout(timer);
     }
