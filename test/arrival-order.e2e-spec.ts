@@ -1,10 +1,10 @@
 import { describe, expect, it } from '@jest/globals';
-import { type Fairness, InvalidArgumentError, LockStore, type RedisStore } from 'nest-lock';
+import { type Fairness, InvalidArgumentError } from 'nest-lock';
 import type { ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
 import { setTimeout as delay } from 'node:timers/promises';
-import { lockKind, semaphoreKind } from './support/kinds.js';
+import { lockKind, LockStore, type RedisStore, semaphoreKind } from './support/kinds.js';
 import { bootLockModule, closeLockApp, uniqueKey, useLockApps } from './support/lock-app.js';
 import { useRedisClient } from './support/redis-server.js';
 import { killWorker, spawnWorker, workerExited } from './support/workers.js';

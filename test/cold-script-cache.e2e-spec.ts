@@ -1,7 +1,7 @@
 import { describe, expect, it } from '@jest/globals';
-import { LockBackendError, LockStore } from 'nest-lock';
+import { LockBackendError } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
-import { lockKind } from './support/kinds.js';
+import { lockKind, LockStore } from './support/kinds.js';
 import { uniqueKey, useLockApp } from './support/lock-app.js';
 import { lockKeyOf } from './support/redis-keys.js';
 import { useRedisClient } from './support/redis-server.js';

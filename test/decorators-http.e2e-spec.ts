@@ -160,11 +160,21 @@ describe.each(STORE_KINDS)('@WithLock and @Semaphore over HTTP, on the %s store'
   });
 
   it('answers 400 when a key placeholder resolves to nothing, and locks nothing', async () => {
-    const response = await request(http()).post('/orders/by-body').send({});
+    const response = await request(http()).post('/orders/by-body').send({ orderId: '' });
 
     expect(response.status).toBe(400);
     expect(response.body).toMatchObject({ code: 'INVALID_ARGUMENT', argument: 'key' });
     expect((response.body as { message: string }).message).toContain('{0.orderId}');
+    expect(await locks.isLocked('order:')).toBe(false);
+  });
+
+  // A template naming a property its argument does not have is the code's fault (issue 29): a body
+  // without the field is one (validate the request so that it is a 400 before the lock is asked for).
+  it('answers 500 when a key placeholder names a property the argument does not have, and locks nothing', async () => {
+    const response = await request(http()).post('/orders/by-body').send({});
+
+    expect(response.status).toBe(500);
+    expect(response.body).toMatchObject({ code: 'INVALID_ARGUMENT', message: 'Internal server error' });
     expect(await locks.isLocked('order:undefined')).toBe(false);
   });
 

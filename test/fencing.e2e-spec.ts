@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it, jest } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { LockBackendError, LockLostError, LockStore, type RedisStore } from 'nest-lock';
+import { LockBackendError, LockLostError } from 'nest-lock';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -10,7 +10,7 @@ import { lockKeyOf, pttlOnceGone, semaphoreKeyOf } from './support/redis-keys.js
 import { RedisServer, useRedisClient, useRedisServer } from './support/redis-server.js';
 import { eventually } from './support/timing.js';
 import { runWorkers } from './support/workers.js';
-import { lockKind, semaphoreKind } from './support/kinds.js';
+import { lockKind, LockStore, type RedisStore, semaphoreKind } from './support/kinds.js';
 
 const PROCESSES = 4;
 const ACQUISITIONS = 1_000;

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Controller, Get, type INestApplication, type LoggerService, Param, Post } from '@nestjs/common';
+import { Controller, Get, type INestApplication, type LoggerService, Param, Post, Query } from '@nestjs/common';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 import { LockModule, type LockModuleOptions, LockService, Semaphore, SemaphoreService, WithLock } from 'nest-lock';
@@ -31,10 +31,11 @@ class OrdersController {
     return { id, paid: true };
   }
 
+  // Without `?reason=` the key's second part is missing from the request: 400.
   @Post(':id/refund')
   @WithLock('order:{0}.{1}', { timeout: 0 })
-  async refund(@Param('id') id: string) {
-    return { id };
+  async refund(@Param('id') id: string, @Query('reason') reason?: string) {
+    return { id, reason };
   }
 }
 

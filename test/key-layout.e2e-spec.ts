@@ -1,12 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { LockStore, RedisStore } from 'nest-lock';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
-import { lockKind, semaphoreKind } from './support/kinds.js';
+import { lockKind, LockStore, RedisStore, semaphoreKind } from './support/kinds.js';
 import { bootLockModule, closeLockApp, type LockApp } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
 

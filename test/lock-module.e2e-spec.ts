@@ -2,18 +2,7 @@ import { beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable, type LoggerService, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
-import {
-  InvalidArgumentError,
-  LOCK_OPTIONS,
-  LockBackendError,
-  LockModule,
-  type LockModuleOptions,
-  LockService,
-  LockStore,
-  MemoryStore,
-  RedisStore,
-  type ResolvedModuleOptions,
-} from 'nest-lock';
+import { InvalidArgumentError, LockBackendError, LockModule, type LockModuleOptions, LockService } from 'nest-lock';
 import { execFile } from 'node:child_process';
 import { once } from 'node:events';
 import { createServer } from 'node:net';
@@ -21,6 +10,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { deferred } from './support/deferred.js';
+import { LOCK_OPTIONS, LockStore, MemoryStore, RedisStore, type ResolvedModuleOptions } from './support/kinds.js';
 import { bootLockModule, STORE_KINDS, type StoreKind, uniqueKey } from './support/lock-app.js';
 import { lockKeyOf, pttlOnceGone } from './support/redis-keys.js';
 import { useRedisClient, useRedisServer } from './support/redis-server.js';

@@ -1,9 +1,9 @@
 import { describe, expect, it } from '@jest/globals';
-import { type LockModuleOptions, LockStore, RedisStore } from 'nest-lock';
+import { type LockModuleOptions } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey, useLockApp } from './support/lock-app.js';
 import { useRedisClient } from './support/redis-server.js';
-import { lockKind, semaphoreKind } from './support/kinds.js';
+import { lockKind, LockStore, RedisStore, semaphoreKind } from './support/kinds.js';
 
 /**
  * Processes of one deployment with different settings (a rolling deploy, two services configured

@@ -3,6 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import ts from 'typescript';
 
 const library = fileURLToPath(new URL('../libs/lock/', import.meta.url));
 const root = join(library, '../..');
@@ -129,5 +130,30 @@ describe('the npm tarball of nest-lock', () => {
     );
     expect(JSON.parse(fromRequire)).toEqual(JSON.parse(fromImport));
     expect(JSON.parse(fromImport)).toContain('LockModule');
+  });
+
+  // Found by the first-hour review: `any` in KeyTemplate and WithLock's signature, and `@internal`
+  // members (enter, skipped, enterLocal) in users' autocomplete.
+  it('declares no `any` and no @internal member in its .d.ts, ESM and CommonJS alike', () => {
+    const declarations = files.filter((path) => path.endsWith('.d.ts'));
+    expect(declarations.length).toBeGreaterThan(20);
+    const anys: string[] = [];
+    const internals: string[] = [];
+    for (const path of declarations) {
+      const text = readFileSync(join(library, path), 'utf8');
+      const source = ts.createSourceFile(path, text, ts.ScriptTarget.Latest, true);
+      const visit = (node: ts.Node): void => {
+        if (node.kind === ts.SyntaxKind.AnyKeyword) {
+          anys.push(`${path}:${source.getLineAndCharacterOfPosition(node.getStart()).line + 1}`);
+        }
+        node.forEachChild(visit);
+      };
+      visit(source);
+      if (text.includes('@internal')) internals.push(path);
+    }
+    expect(anys).toEqual([]);
+    expect(internals).toEqual([]);
+    const service = readFileSync(join(library, 'dist/lock.service.d.ts'), 'utf8');
+    expect(service).not.toMatch(/\b(enter|skipped)\(/);
   });
 });

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Redis } from 'ioredis';
-import { InvalidArgumentError, LockBackendError, LockStore } from 'nest-lock';
+import { InvalidArgumentError, LockBackendError } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, createLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
-import { lockKind } from './support/kinds.js';
+import { lockKind, LockStore } from './support/kinds.js';
 
 /** What only Redis has: its key layout, its script cache, and the ways it fails. */
 describe('LockService on Redis', () => {

@@ -1,11 +1,11 @@
 import { describe, expect, it } from '@jest/globals';
-import { type Lock, LockStore, RedisStore } from 'nest-lock';
+import { type Lock } from 'nest-lock';
 import type { ChildProcess } from 'node:child_process';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
 import { useRedisClient } from './support/redis-server.js';
 import { spawnWorker, workerExited } from './support/workers.js';
-import { lockKind, semaphoreKind } from './support/kinds.js';
+import { lockKind, LockStore, RedisStore, semaphoreKind } from './support/kinds.js';
 
 /** Resolves with the lock and how long after `since` it was granted. */
 async function grantedAfter<L = Lock>(lease: Promise<L>, since: () => number): Promise<{ lock: L; after: number }> {

@@ -1,6 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Cluster } from 'ioredis';
-import { LockStore, RedisStore } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { checkHistory } from '../support/history.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from '../support/lock-app.js';
@@ -8,7 +7,7 @@ import { RedisClusterTopology } from '../support/topologies.js';
 import { command, parseInfo } from '../support/topology-tools.js';
 import { slotOf } from '../../libs/lock/src/store/redis/key-layout.js';
 import { type HoldHistoryReport, runHoldHistory, runWorker } from '../support/workers.js';
-import { lockKind } from '../support/kinds.js';
+import { lockKind, LockStore, RedisStore } from '../support/kinds.js';
 
 /** What the runs measured, printed once at the end (for docs/DEPLOYMENT.md). */
 const figures: Record<string, unknown> = {};

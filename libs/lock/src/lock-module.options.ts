@@ -74,8 +74,17 @@ export interface LockModuleOptions {
    */
   onLockLost?: (error: LockLostError) => void;
   /**
-   * Seconds in the `Retry-After` header of the 503 answers of decorated routes (no permit, or the
-   * store failed); a decorator's own `retryAfter` wins. Default 1.
+   * Whether nest-lock's errors become HTTP answers wherever they surface in a request — a decorator on
+   * the route handler, on a provider method it calls, or `LockService` called by hand (a global
+   * interceptor, `LockInterceptor`): a busy lock 409, no permit or the store away 503 with
+   * `Retry-After`, a key made of the request's input that is not a valid key 400, any other of
+   * nest-lock's errors 500 with one log line. Errors that are not nest-lock's pass through. `false`
+   * leaves nest-lock's errors to the application's own filters. Default `true`.
+   */
+  httpErrors?: boolean;
+  /**
+   * Seconds in the `Retry-After` header of the 503 answers (no permit, or the store failed); a
+   * decorator's own `retryAfter` wins. Default 1.
    */
   retryAfter?: number;
   /**
@@ -114,6 +123,7 @@ export interface ResolvedModuleOptions {
   commandTimeout: number;
   waitForReplicas?: { replicas: number; timeout: number };
   onLockLost?: (error: LockLostError) => void;
+  httpErrors: boolean;
   retryAfter: number;
   errorBody?: LockModuleOptions['errorBody'];
   logger?: LockModuleOptions['logger'];
@@ -129,6 +139,7 @@ const MODULE_OPTION_NAMES = new Set([
   'commandTimeout',
   'waitForReplicas',
   'onLockLost',
+  'httpErrors',
   'retryAfter',
   'errorBody',
   'logger',
@@ -150,6 +161,7 @@ export function resolveModuleOptions(options: LockModuleOptions): ResolvedModule
     commandTimeout = DEFAULT_COMMAND_TIMEOUT,
     waitForReplicas,
     onLockLost,
+    httpErrors = true,
     retryAfter = DEFAULT_RETRY_AFTER_SECONDS,
     errorBody,
     logger,
@@ -193,6 +205,7 @@ export function resolveModuleOptions(options: LockModuleOptions): ResolvedModule
       ? {}
       : { waitForReplicas: validateWaitForReplicas(waitForReplicas, redis, redlock, commandTimeout) }),
     ...(onLockLost ? { onLockLost } : {}),
+    httpErrors: validateBoolean(httpErrors, 'httpErrors') ?? true,
     retryAfter: validateRetryAfter(retryAfter),
     ...(errorBody ? { errorBody } : {}),
     ...(logger === undefined ? {} : { logger }),

@@ -1,5 +1,7 @@
 import type { Redis } from 'ioredis';
 import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import { LockInterceptor } from './http/lock.interceptor.js';
 import { LeaseEngine } from './lease/lease-engine.js';
 import { Watchdog } from './lease/watchdog.js';
 import { createLockLogger } from './lock-logger.js';
@@ -32,6 +34,8 @@ const SHUTDOWN_GRACE_MS = 5_000;
     { provide: LockTelemetry, useFactory: () => LockTelemetry.create() },
     LockService,
     SemaphoreService,
+    // nest-lock's errors as HTTP answers wherever they surface in a request (off with httpErrors: false).
+    { provide: APP_INTERCEPTOR, useClass: LockInterceptor },
   ],
   exports: [LockService, SemaphoreService, LockStore, LOCK_OPTIONS],
 })
@@ -105,7 +109,8 @@ async function createStore({
   if (redis === undefined) {
     if (store !== 'memory') {
       logger.warn(
-        "No redis configured: using the embedded memory store, locks are process-local (store: 'memory' says it is on purpose)",
+        'No redis configured (an unset REDIS_URL?): using the embedded memory store, locks are process-local. ' +
+          "store: 'redis' makes a missing redis option fail at start; store: 'memory' says the memory store is on purpose",
       );
     }
     return new MemoryStore();

@@ -9,6 +9,7 @@ import { createOwnerToken } from './lease/owner-token.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { InvalidArgumentError, LockTimeoutError } from './lock.errors.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
+import type { Skip } from './telemetry/telemetry.js';
 import { LOCK_OPTIONS } from './lock.constants.js';
 import {
   type AcquirePolicy,
@@ -153,13 +154,13 @@ export class LockService implements OnModuleDestroy {
   }
 
   /**
-   * A decorated call (`where`) that did not run because its lock was held elsewhere (`onBusy: 'skip'`):
-   * logged at debug level and counted (`nest_lock.skipped`).
+   * A decorated call (`where`) with `onBusy: 'skip'` that did not run (`skip`: why): logged at verbose
+   * level and counted (`nest_lock.skipped`).
    * @internal
    */
-  skipped(where: string, error: LockTimeoutError): void {
-    this.logger.debug(`${where} skipped: lock "${error.key}" is held elsewhere (onBusy: 'skip')`);
-    this.engine.skipped(lockKind);
+  skipped(where: string, skip: Skip): void {
+    this.logger.verbose(`${where} skipped: ${skip.detail} (onBusy: 'skip')`);
+    this.engine.skipped(lockKind, skip.reason);
   }
 
   /**

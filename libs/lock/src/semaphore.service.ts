@@ -20,7 +20,7 @@ import {
   splitHoldOptions,
 } from './options/call-options.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
-import type { SemaphoreTimeoutError } from './lock.errors.js';
+import type { Skip } from './telemetry/telemetry.js';
 
 export { LocalPermit } from './local-semaphores.js';
 
@@ -142,13 +142,13 @@ export class SemaphoreService implements OnModuleDestroy {
   }
 
   /**
-   * A decorated call (`where`) that did not run because every permit was held (`onBusy: 'skip'`):
-   * logged at debug level and counted (`nest_lock.skipped`).
+   * A decorated call (`where`) with `onBusy: 'skip'` that did not run (`skip`: why): logged at verbose
+   * level and counted (`nest_lock.skipped`).
    * @internal
    */
-  skipped(where: string, error: SemaphoreTimeoutError): void {
-    this.logger.debug(`${where} skipped: every permit of semaphore "${error.semaphore}" is held (onBusy: 'skip')`);
-    this.engine.skipped(semaphoreKind);
+  skipped(where: string, skip: Skip): void {
+    this.logger.verbose(`${where} skipped: ${skip.detail} (onBusy: 'skip')`);
+    this.engine.skipped(semaphoreKind, skip.reason);
   }
 
   /** Permits of `name` held right now (expired leases not counted). */

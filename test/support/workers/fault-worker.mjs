@@ -42,7 +42,8 @@
 import { NestFactory } from '@nestjs/core';
 import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
-import { LockModule, LockService, LockStore, SemaphoreService } from '../../../libs/lock/dist/index.js';
+import { LockModule, LockService, SemaphoreService } from '../../../libs/lock/dist/index.js';
+import { LockStore } from '../../../libs/lock/dist/store/store.js';
 import { lockKind } from '../../../libs/lock/dist/kinds/lock.kind.js';
 
 const config = JSON.parse(process.argv[2]);

@@ -9,16 +9,13 @@ import {
   ParseIntPipe,
   Post,
   Query,
-  UseInterceptors,
 } from '@nestjs/common';
-import { LockInterceptor } from 'nest-lock';
 import { BackendFailure, CatalogueBackend, type Product } from './catalogue-backend.js';
 import { ProductsService } from './products.service.js';
 import { ReportsService } from './reports.service.js';
 
+// The decorated methods live in ReportsService: LockModule answers their errors with 409 / 503 here too.
 @Controller()
-// The decorated methods live in ReportsService: map their errors (409 / 503) on these routes too.
-@UseInterceptors(LockInterceptor)
 export class CatalogueController {
   constructor(
     private readonly products: ProductsService,

@@ -1,10 +1,10 @@
-import { Inject, UseInterceptors } from '@nestjs/common';
+import { Inject } from '@nestjs/common';
 import { from, isObservable, Observable, type ObservableInput } from 'rxjs';
 import { type DecoratorHttpSettings, markRaisedByDecorator } from '../http/decorator-errors.js';
 import type { ChainLease, HoldTicket } from '../lease/lease-chain.js';
 import { soleLiveService } from '../live-services.js';
-import { LockInterceptor } from '../http/lock.interceptor.js';
-import { InvalidArgumentError } from '../lock.errors.js';
+import { InvalidArgumentError, LockBackendError, LockNotConfiguredError } from '../lock.errors.js';
+import type { Skip } from '../telemetry/telemetry.js';
 import { describe } from '../options/validation.js';
 
 /**
@@ -50,13 +50,15 @@ export interface GuardedMethodDefinition<S> {
   /** What `LockInterceptor` answers on HTTP with this decorator's errors (its `retryAfter`). */
   http?: DecoratorHttpSettings;
   /**
-   * `onBusy: 'skip'`: a call whose guard rejects with an error that `isBusy` (its lease held elsewhere)
-   * returns `undefined` without running — an Observable completes without a value — and `skipped`
-   * is told (a debug line, a metric). Any other error still rejects.
+   * `onBusy: 'skip'`: a call whose guard rejects because its lease is held elsewhere (`busy` says so
+   * of the kind's timeout error), or because the store is away (`BACKEND_UNAVAILABLE`: nobody can
+   * tell whether another process runs it), returns `undefined` without running — an Observable
+   * completes without a value — and `skipped` is told (a verbose line, a metric). Any other error
+   * still rejects.
    */
   skipWhenBusy?: {
-    isBusy(error: unknown): boolean;
-    skipped(service: S, error: unknown, where: string): void;
+    busy(error: unknown): Skip | undefined;
+    skipped(service: S, where: string, skip: Skip): void;
   };
 }
 
@@ -85,7 +87,7 @@ export function guardMethod<S>(
   const original: unknown = descriptor.value;
   const where = `${classNameOf(target)}.${String(propertyKey)}`;
   if (typeof original !== 'function') {
-    throw new TypeError(`${definition.decorator} decorates methods; ${where} is not one`);
+    throw new InvalidArgumentError('target', `${definition.decorator} decorates methods; ${where} is not one`);
   }
   // A static method has no instance for Nest to inject into: it uses the one running service.
   const serviceProperty =
@@ -99,7 +101,7 @@ export function guardMethod<S>(
     const service = injected ?? soleLiveService(definition.service);
     if (typeof service === 'number') {
       const { name } = definition.service;
-      throw new Error(
+      throw new LockNotConfiguredError(
         `${definition.decorator} on ${where} has no ${name}: Nest did not create this ${target.constructor.name} ` +
           `with its injector, and ${service} applications run a ${name} ` +
           '(import LockModule.forRoot() / forRootAsync() in one). ' +
@@ -111,8 +113,9 @@ export function guardMethod<S>(
     if (skip === undefined) return (signal) => markErrors(() => guard(signal), http);
     return (signal) =>
       markErrors(() => guard(signal), http).catch((error: unknown) => {
-        if (!skip.isBusy(error)) throw error;
-        skip.skipped(service, error, where);
+        const why = skip.busy(error) ?? storeAway(error);
+        if (why === undefined) throw error;
+        skip.skipped(service, where, why);
         return SKIPPED;
       });
   }
@@ -126,7 +129,6 @@ export function guardMethod<S>(
   copyMetadata(original, wrapper);
   Object.defineProperty(wrapper, 'name', { value: original.name });
   descriptor.value = wrapper;
-  UseInterceptors(LockInterceptor)(target, propertyKey, descriptor);
 }
 
 async function guardedCall(guardOf: () => MethodGuard, call: () => unknown): Promise<unknown> {
@@ -174,6 +176,12 @@ function guardedObservable(guardOf: () => MethodGuard, call: () => ObservableInp
       void ticket?.leave();
     };
   });
+}
+
+/** The store could not be reached (an outage the module logs once): a skip, not an error per call. */
+function storeAway(error: unknown): Skip | undefined {
+  if (!(error instanceof LockBackendError) || error.code !== 'BACKEND_UNAVAILABLE') return undefined;
+  return { reason: 'unavailable', detail: `the store is unavailable (${error.message})` };
 }
 
 /** Runs `fn`, marking what it throws or rejects with as raised by a decorator (for the HTTP mapping). */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from '@jest/globals';
 import { InvalidArgumentError } from '../lock.errors.js';
-import { compileKeyTemplate } from './key-template.js';
+import { compileKeyTemplate, isKeyTemplateFault } from './key-template.js';
 
 describe('compileKeyTemplate', () => {
   it('fills placeholders from the arguments and property paths into them', () => {
@@ -42,7 +42,38 @@ describe('compileKeyTemplate', () => {
   });
 
   it('names the placeholder and the template in the error', () => {
-    expect(() => compileKeyTemplate('order:{0.id}')([{}])).toThrow('{0.id} of "order:{0.id}" resolved to undefined');
+    expect(() => compileKeyTemplate('order:{0.id}')([{ id: undefined }])).toThrow(
+      '{0.id} of "order:{0.id}" resolved to undefined',
+    );
+  });
+
+  it('marks a path through a property its object does not have as the template’s fault, not the input’s', () => {
+    const keyOf = compileKeyTemplate('order:{0.idd}');
+    const fault = (() => {
+      try {
+        keyOf([{ id: 42 }]);
+      } catch (error) {
+        return error;
+      }
+    })();
+    expect(fault).toBeInstanceOf(InvalidArgumentError);
+    expect(String((fault as Error).message)).toContain(
+      '{0.idd} of "order:{0.idd}" names "idd", which its argument does not have',
+    );
+    expect(isKeyTemplateFault(fault)).toBe(true);
+    let inputError: unknown;
+    try {
+      compileKeyTemplate('order:{0.id}')([{ id: '' }]);
+    } catch (error) {
+      inputError = error;
+    }
+    expect(isKeyTemplateFault(inputError)).toBe(false);
+  });
+
+  it('counts the arguments a template reads', () => {
+    expect(compileKeyTemplate('order:{0}:{2.id}').argumentsRead).toBe(3);
+    expect(compileKeyTemplate('reindex').argumentsRead).toBe(0);
+    expect(compileKeyTemplate((id: string) => id).argumentsRead).toBe(0);
   });
 
   it('refuses a key function that returns no string', () => {

@@ -1,9 +1,10 @@
 import { errorMessage, InvalidArgumentError } from '../lock.errors.js';
 
-/** A lock key from a decorated method's arguments: a template like `'order:{0.id}'`, or a function. */
-// `any[]` so that a function with the method's own parameter types fits, e.g. `(order: Order) => …`.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export type KeyTemplate = string | ((...args: any[]) => string);
+/**
+ * A lock key from a decorated method's arguments: a template like `'order:{0.id}'`, or a function
+ * of them. `never[]` so that a function of any parameter types fits, e.g. `(order: Order) => …`.
+ */
+export type KeyTemplate = string | ((...args: never[]) => string);
 
 /** `{0}` is argument 0; `{0.id}` / `{1.customer.id}` a property path into it. */
 const PLACEHOLDER = /\{([^{}]*)\}/g;
@@ -11,38 +12,92 @@ const ARGUMENT_PATH = /^(\d+)((?:\.[A-Za-z_$][\w$]*)*)$/;
 
 type Part = string | { placeholder: string; index: number; path: string[] };
 
+/** A compiled template: the key of one call's arguments, and how many arguments it reads. */
+export interface CompiledKey {
+  (args: unknown[]): string;
+  /** One more than the highest argument a placeholder names (`{1}`: 2); 0 for a key function or constant. */
+  readonly argumentsRead: number;
+}
+
+/** Errors of a template that names a property its argument does not have: the code's fault, not the request's. */
+const templateFaults = new WeakSet<object>();
+
+/** Whether `error` is a key template naming a property its argument does not have (a 500, not a 400). */
+export function isKeyTemplateFault(error: unknown): boolean {
+  return typeof error === 'object' && error !== null && templateFaults.has(error);
+}
+
 /**
  * Compiles a template once, when the class is defined, into a function of the method's
  * arguments. A placeholder that resolves to `undefined`, `null`, `''` or an object rejects
  * with `InvalidArgumentError`, so that no call ever locks `order:undefined`; so does a key
  * function or a getter on a placeholder's path that throws (with what it threw as the `cause`):
- * the caller's input could not make a key, which is a 400 on a route, not a 500.
+ * the caller's input could not make a key, which is a 400 on a route. A path through a property
+ * its object does not have (`{0.idd}` of `{ id: 1 }`) rejects too, marked as the template's fault
+ * (`isKeyTemplateFault`): a 500, since the code names what its arguments never have.
  */
-export function compileKeyTemplate(template: KeyTemplate): (args: unknown[]) => string {
+export function compileKeyTemplate(template: KeyTemplate): CompiledKey {
   if (typeof template === 'function') {
-    return (args) => {
-      let key: unknown;
-      try {
-        key = template(...args);
-      } catch (error) {
-        throw new InvalidArgumentError('key', `the key function threw: ${errorMessage(error)}`, { cause: error });
-      }
-      if (isThenable(key)) {
-        // Nobody awaits it: its rejection must not go unhandled (it would end the process).
-        Promise.resolve(key).catch(() => undefined);
-        throw new InvalidArgumentError('key', 'the key function returned a promise: a key is computed synchronously');
-      }
-      if (typeof key !== 'string' || key === '') {
-        throw new InvalidArgumentError('key', `the key function returned ${describe(key)}, not a non-empty string`);
-      }
-      return key;
-    };
+    const keyFunction = template as (...args: unknown[]) => unknown;
+    return Object.assign(
+      (args: unknown[]) => {
+        let key: unknown;
+        try {
+          key = keyFunction(...args);
+        } catch (error) {
+          throw new InvalidArgumentError('key', `the key function threw: ${errorMessage(error)}`, { cause: error });
+        }
+        if (isThenable(key)) {
+          // Nobody awaits it: its rejection must not go unhandled (it would end the process).
+          Promise.resolve(key).catch(() => undefined);
+          throw new InvalidArgumentError('key', 'the key function returned a promise: a key is computed synchronously');
+        }
+        if (typeof key !== 'string' || key === '') {
+          throw new InvalidArgumentError('key', `the key function returned ${describe(key)}, not a non-empty string`);
+        }
+        return key;
+      },
+      { argumentsRead: 0 },
+    );
   }
   if (typeof template !== 'string' || template === '') {
     throw new InvalidArgumentError('key', 'a key template must be a non-empty string or a function');
   }
   const parts = parse(template);
-  return (args) => parts.map((part) => (typeof part === 'string' ? part : resolve(template, part, args))).join('');
+  const argumentsRead = Math.max(0, ...parts.map((part) => (typeof part === 'string' ? 0 : part.index + 1)));
+  return Object.assign(
+    (args: unknown[]) =>
+      parts.map((part) => (typeof part === 'string' ? part : resolve(template, part, args))).join(''),
+    { argumentsRead },
+  );
+}
+
+/**
+ * Refuses, when the class is defined, a template that names an argument the method does not take
+ * (`{1}` on `ship(id)`): every call would fail. The method's parameters as TypeScript declared them
+ * (`design:paramtypes`, optional ones included; a rest parameter counts once), else its `length`
+ * when it has one (plain JavaScript: parameters with defaults are not counted there).
+ */
+export function checkArgumentsRead(
+  compiled: { readonly argumentsRead: number },
+  template: unknown,
+  target: object,
+  propertyKey: string | symbol,
+  where: string,
+): void {
+  if (compiled.argumentsRead === 0) return;
+  const declared: unknown = Reflect.getMetadata('design:paramtypes', target, propertyKey);
+  const method: unknown = (target as Record<string | symbol, unknown>)[propertyKey];
+  const taken = Array.isArray(declared) ? declared.length : typeof method === 'function' ? method.length : 0;
+  if (!Array.isArray(declared) && taken === 0) return;
+  if (compiled.argumentsRead > taken) {
+    const last = compiled.argumentsRead - 1;
+    throw new InvalidArgumentError(
+      'key',
+      `"${String(template)}" names argument {${last}}, but ${where} takes ${taken} argument${taken === 1 ? '' : 's'} ` +
+        '(placeholders count from {0}; a rest parameter needs a key function)',
+    );
+  }
 }
 
 /** Braces belong to placeholders: one left in the text around them is a placeholder left open (or never opened). */
@@ -75,9 +130,19 @@ function resolve(template: string, part: Exclude<Part, string>, args: unknown[])
   let value: unknown = args[part.index];
   try {
     for (const property of part.path) {
-      value = value == null ? undefined : (value as Record<string, unknown>)[property];
+      if (value == null) break;
+      if ((typeof value === 'object' || typeof value === 'function') && !(property in value)) {
+        const fault = new InvalidArgumentError(
+          'key',
+          `${part.placeholder} of "${template}" names "${property}", which its argument does not have`,
+        );
+        templateFaults.add(fault);
+        throw fault;
+      }
+      value = (value as Record<string, unknown>)[property];
     }
   } catch (error) {
+    if (isKeyTemplateFault(error)) throw error;
     throw new InvalidArgumentError(
       'key',
       `${part.placeholder} of "${template}" could not be read: ${errorMessage(error)}`,

@@ -1,6 +1,7 @@
 import { InvalidArgumentError, SemaphoreTimeoutError } from '../lock.errors.js';
 import { validateRetryAfter } from '../http/http-options.js';
 import {
+  type DecoratorCallOptions,
   type HoldOptions,
   type SemaphoreOptions,
   splitHoldOptions,
@@ -10,9 +11,10 @@ import {
   validateLocalOptions,
 } from '../options/call-options.js';
 import { SemaphoreService } from '../semaphore.service.js';
+import type { Skip } from '../telemetry/telemetry.js';
 import { classNameOf, type GuardDecorator, guardMethod, type OnBusy, validateOnBusy } from './guarded-method.js';
 
-export interface SemaphoreDecoratorOptions extends SemaphoreOptions, HoldOptions {
+export interface SemaphoreDecoratorOptions extends DecoratorCallOptions<SemaphoreOptions>, HoldOptions {
   /** Semaphore name; default `ClassName.methodName`. */
   name?: string;
   /** `'distributed'` (default): across every process on the store; `'local'`: inside this process. */
@@ -42,7 +44,7 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
   // Misspelt options — and options a local semaphore cannot honour — fail when the class is defined.
   const decoratorOptionNames = ['name', 'scope', 'retryAfter', 'onBusy', 'holdAtLeast'];
   if (options.scope === 'local') validateLocalOptions(options, decoratorOptionNames);
-  else validateCallOptions('semaphore', options, decoratorOptionNames);
+  else validateCallOptions('semaphoreDecorator', options, decoratorOptionNames);
   const { name, scope = 'distributed', retryAfter, onBusy, ...leaseOptions } = options;
   const skipWhenBusy = validateOnBusy(onBusy) === 'skip';
   splitHoldOptions(leaseOptions); // checks holdAtLeast when the class is defined; each call splits it off
@@ -63,7 +65,11 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
           scope === 'local'
             ? () => semaphores.enterLocal(semaphoreName, limit, leaseOptions)
             : (signal) =>
-                semaphores.enter(semaphoreName, limit, { ...leaseOptions, signal: signal ?? leaseOptions.signal }),
+                semaphores.enter(
+                  semaphoreName,
+                  limit,
+                  signal === undefined ? leaseOptions : { ...leaseOptions, signal },
+                ),
         ...(retryAfter === undefined ? {} : { http: { retryAfter } }),
         ...(skipWhenBusy ? { skipWhenBusy: skipWhenNoPermit } : {}),
       },
@@ -76,7 +82,9 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
 
 /** `onBusy: 'skip'` for a semaphore: busy is a timeout while every permit was held (not a store's refusal). */
 const skipWhenNoPermit = {
-  isBusy: (error: unknown) => error instanceof SemaphoreTimeoutError && error.refusal === undefined,
-  skipped: (semaphores: SemaphoreService, error: unknown, where: string) =>
-    semaphores.skipped(where, error as SemaphoreTimeoutError),
+  busy: (error: unknown): Skip | undefined =>
+    error instanceof SemaphoreTimeoutError && error.refusal === undefined
+      ? { reason: 'busy', detail: `every permit of semaphore "${error.semaphore}" is held` }
+      : undefined,
+  skipped: (semaphores: SemaphoreService, where: string, skip: Skip) => semaphores.skipped(where, skip),
 };

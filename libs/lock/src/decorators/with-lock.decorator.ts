@@ -1,17 +1,25 @@
 import { validateRetryAfter } from '../http/http-options.js';
 import { InvalidArgumentError, LockTimeoutError } from '../lock.errors.js';
-import { type HoldOptions, type LockOptions, splitHoldOptions, validateCallOptions } from '../options/call-options.js';
-import { LockService } from '../lock.service.js';
 import {
+  type DecoratorCallOptions,
+  type HoldOptions,
+  type LockOptions,
+  splitHoldOptions,
+  validateCallOptions,
+} from '../options/call-options.js';
+import { LockService } from '../lock.service.js';
+import type { Skip } from '../telemetry/telemetry.js';
+import {
+  classNameOf,
   type GuardableMethod,
   type GuardDecorator,
   guardMethod,
   type OnBusy,
   validateOnBusy,
 } from './guarded-method.js';
-import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
+import { checkArgumentsRead, compileKeyTemplate, type KeyTemplate } from './key-template.js';
 
-export interface WithLockOptions extends LockOptions, HoldOptions {
+export interface WithLockOptions extends DecoratorCallOptions<LockOptions>, HoldOptions {
   /** Seconds in `Retry-After` when the store fails on an HTTP route (503); default: the module's `retryAfter`. */
   retryAfter?: number;
   /**
@@ -42,13 +50,23 @@ export type KeyFunctionFits<MethodArgs extends unknown[], KeyArgs extends unknow
   ? unknown
   : { "the key function's parameters do not accept the method's": { method: MethodArgs; keyFunction: KeyArgs } };
 
-/** A template, or several (an empty list is refused when the class is defined). */
-function compileKeyTemplates(key: KeyTemplate | readonly KeyTemplate[]): (args: unknown[]) => string | string[] {
-  if (!Array.isArray(key)) return compileKeyTemplate(key as KeyTemplate);
-  if (key.length === 0)
+/**
+ * A template, or several (an empty list is refused when the class is defined), and a check of each
+ * against the method it decorates.
+ */
+function compileKeyTemplates(key: KeyTemplate | readonly KeyTemplate[]) {
+  const templates: readonly KeyTemplate[] = Array.isArray(key) ? key : [key as KeyTemplate];
+  if (templates.length === 0) {
     throw new InvalidArgumentError('key', 'must name at least one key template, got an empty array');
-  const keysOf = (key as readonly KeyTemplate[]).map(compileKeyTemplate);
-  return (args) => keysOf.map((keyOf) => keyOf(args));
+  }
+  const keysOf = templates.map(compileKeyTemplate);
+  return {
+    keyOf: Array.isArray(key) ? (args: unknown[]): string | string[] => keysOf.map((keyOf) => keyOf(args)) : keysOf[0],
+    fits: (target: object, propertyKey: string | symbol) =>
+      keysOf.forEach((keyOf, i) =>
+        checkArgumentsRead(keyOf, templates[i], target, propertyKey, `${classNameOf(target)}.${String(propertyKey)}`),
+      ),
+  };
 }
 
 /**
@@ -62,33 +80,34 @@ function compileKeyTemplates(key: KeyTemplate | readonly KeyTemplate[]): (args: 
  * ＠WithLock('order:{0}', { timeout: 0 })
  * ship(orderId: string) { … }
  */
-export function WithLock(key: string, options?: WithLockOptions): GuardDecorator;
-// `any[]`: a key function without parameter types keeps taking `any` arguments, as before.
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
-export function WithLock<KeyArgs extends any[]>(
+// The template overload comes last: when no overload fits, TypeScript reports the last one's error,
+// which then names a misspelt option (`timout`) rather than complaining about the key.
+/** Several keys, one lock: `@WithLock(['account:{0}', 'account:{1}'])` (see `LockService.lock` with keys). */
+export function WithLock(keys: readonly KeyTemplate[], options?: WithLockOptions): GuardDecorator;
+/** A key function: its parameters are checked against the method's (annotate them: they are `unknown` otherwise). */
+export function WithLock<KeyArgs extends unknown[]>(
   key: (...args: KeyArgs) => string,
   options?: WithLockOptions,
 ): KeyedGuardDecorator<KeyArgs>;
-export function WithLock(key: KeyTemplate, options?: WithLockOptions): GuardDecorator;
-/** Several keys, one lock: `@WithLock(['account:{0}', 'account:{1}'])` (see `LockService.lock` with keys). */
-export function WithLock(keys: readonly KeyTemplate[], options?: WithLockOptions): GuardDecorator;
+export function WithLock(key: string, options?: WithLockOptions): GuardDecorator;
 export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: WithLockOptions = {}): GuardDecorator {
-  const keyOf = compileKeyTemplates(key);
+  const { keyOf, fits } = compileKeyTemplates(key);
   // Misspelt options fail when the class is defined, not on the first call.
-  validateCallOptions('lock', options, ['retryAfter', 'onBusy', 'holdAtLeast']);
+  validateCallOptions('lockDecorator', options, ['retryAfter', 'onBusy', 'holdAtLeast']);
   const { retryAfter, onBusy, ...lockOptions } = options;
   if (retryAfter !== undefined) validateRetryAfter(retryAfter);
   const skipWhenBusy = validateOnBusy(onBusy) === 'skip';
   splitHoldOptions(lockOptions); // checks holdAtLeast when the class is defined; each call splits it off
   if (skipWhenBusy) lockOptions.timeout ??= 0;
-  return (target, propertyKey, descriptor) =>
+  return (target, propertyKey, descriptor) => {
+    fits(target, propertyKey);
     guardMethod(
       {
         decorator: '@WithLock',
         service: LockService,
         guardFor: (locks, args) => {
           const lockKey = keyOf(args);
-          return (signal) => locks.enter(lockKey, { ...lockOptions, signal: signal ?? lockOptions.signal });
+          return (signal) => locks.enter(lockKey, signal === undefined ? lockOptions : { ...lockOptions, signal });
         },
         ...(retryAfter === undefined ? {} : { http: { retryAfter } }),
         ...(skipWhenBusy ? { skipWhenBusy: skipWhenLockBusy } : {}),
@@ -97,10 +116,14 @@ export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: Wit
       propertyKey,
       descriptor,
     );
+  };
 }
 
 /** `onBusy: 'skip'` for a lock: busy is a timeout while another owner held the key (not a store's refusal). */
 const skipWhenLockBusy = {
-  isBusy: (error: unknown) => error instanceof LockTimeoutError && error.refusal === undefined,
-  skipped: (locks: LockService, error: unknown, where: string) => locks.skipped(where, error as LockTimeoutError),
+  busy: (error: unknown): Skip | undefined =>
+    error instanceof LockTimeoutError && error.refusal === undefined
+      ? { reason: 'busy', detail: `lock "${error.key}" is held elsewhere` }
+      : undefined,
+  skipped: (locks: LockService, where: string, skip: Skip) => locks.skipped(where, skip),
 };

@@ -1,8 +1,8 @@
 /**
- * Errors raised by `@WithLock` / `@Semaphore` themselves (a busy lock, no permit, a key template
- * that resolved to nothing, a store that failed), as opposed to errors of the decorated method,
- * which pass through untouched. `LockInterceptor` maps only these to HTTP responses, with the
- * HTTP settings of the decorator that raised them.
+ * Errors raised by `@WithLock` / `@Semaphore` themselves (a busy lock, no permit, a key made of the
+ * method's arguments that is not one, a store that failed), as opposed to errors of the decorated
+ * method: `LockInterceptor` answers them with the HTTP settings of the decorator that raised them,
+ * and a key they could not make of the request's input is the client's fault (400).
  */
 export interface DecoratorHttpSettings {
   /** The decorator's `retryAfter` (seconds), if it set one. */
@@ -16,10 +16,6 @@ export function markRaisedByDecorator(error: unknown, settings: DecoratorHttpSet
     raisedByDecorator.set(error, settings);
   }
   return error;
-}
-
-export function isRaisedByDecorator(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && raisedByDecorator.has(error);
 }
 
 /** The settings of the decorator that raised `error`; `undefined` for any other error. */

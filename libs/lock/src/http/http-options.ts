@@ -1,4 +1,4 @@
-import { InvalidArgumentError } from '../lock.errors.js';
+import { InvalidArgumentError, type LockErrorCode } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../options/durations.js';
 import { describe } from '../options/validation.js';
 
@@ -7,7 +7,7 @@ export interface LockErrorBody {
   statusCode: number;
   error: string;
   /** The error's stable `code`: `LOCK_TIMEOUT`, `SEMAPHORE_TIMEOUT`, `BACKEND_UNAVAILABLE`, … */
-  code: string;
+  code: LockErrorCode;
   message: string;
   /** `LOCK_TIMEOUT` and backend errors: the lock key (or semaphore name) involved. */
   key?: string;

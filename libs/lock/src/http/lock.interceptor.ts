@@ -3,89 +3,98 @@ import {
   type CallHandler,
   ConflictException,
   type ExecutionContext,
-  type HttpException,
+  HttpException,
   HttpStatus,
   Inject,
   Injectable,
+  InternalServerErrorException,
   type NestInterceptor,
   Optional,
   ServiceUnavailableException,
 } from '@nestjs/common';
 import { catchError, type Observable, throwError } from 'rxjs';
-import { decoratorSettingsOf } from './decorator-errors.js';
+import { isKeyTemplateFault } from '../decorators/key-template.js';
+import { createLockLogger, type LockLogger } from '../lock-logger.js';
 import { LOCK_OPTIONS } from '../lock.constants.js';
 import {
   InvalidArgumentError,
   LockBackendError,
-  type LockError,
+  LockError,
+  LockLostError,
   LockTimeoutError,
   SemaphoreTimeoutError,
 } from '../lock.errors.js';
 import type { ResolvedModuleOptions } from '../lock-module.options.js';
+import { decoratorSettingsOf } from './decorator-errors.js';
 import { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody } from './http-options.js';
 
-/**
- * Seconds a client is asked to wait before it tries a full semaphore again, by default.
- * @deprecated The default of every 503 is `DEFAULT_RETRY_AFTER_SECONDS`; set `retryAfter` on the
- * module or the decorator to change it.
- */
-export const SEMAPHORE_RETRY_AFTER_SECONDS = DEFAULT_RETRY_AFTER_SECONDS;
-
 /** The module options the interceptor reads. */
-export type LockHttpOptions = Partial<Pick<ResolvedModuleOptions, 'retryAfter' | 'errorBody'>>;
+export type LockHttpOptions = Partial<
+  Pick<ResolvedModuleOptions, 'httpErrors' | 'retryAfter' | 'errorBody' | 'logger'>
+>;
 
 /**
- * The HTTP side of `@WithLock` and `@Semaphore`: a lock held by someone else is 409 Conflict; no
- * permit, or a store that failed (Redis unreachable, `LockBackendError`), is 503 Service
- * Unavailable with `Retry-After`; a key template that resolved to nothing is 400 Bad Request; each
- * with a JSON body naming the error's `code` and the key or semaphore (shaped by the module's
- * `errorBody`, if set). The decorators apply it to the methods they wrap (the locking itself
- * happens in the method, so that it also works for provider methods and holds the lease for the
- * life of an Observable result). Only errors the decorators raised are mapped; the method's own
- * errors pass through as they are. Express and Fastify alike.
+ * nest-lock's errors as HTTP answers, wherever they surface in a request: thrown by `@WithLock` /
+ * `@Semaphore` on the route handler or on a provider method it calls, or by `LockService` /
+ * `SemaphoreService` called by hand. `LockModule` registers it globally (`APP_INTERCEPTOR`) unless
+ * its `httpErrors` option is `false`. Express and Fastify alike; other contexts (microservices,
+ * websockets) and errors that are not nest-lock's pass through untouched.
  *
- * Register it globally to map the decorators' errors from the services a handler calls, too:
- * as `APP_INTERCEPTOR`, or `app.useGlobalInterceptors(new LockInterceptor(app.get(LOCK_OPTIONS)))`.
+ * | error                                                              | answer                      |
+ * | ------------------------------------------------------------------ | --------------------------- |
+ * | `LockTimeoutError` (the lock is held)                              | 409 Conflict                |
+ * | `SemaphoreTimeoutError`, `LockBackendError` `BACKEND_UNAVAILABLE`, `LockLostError` | 503 with `Retry-After` |
+ * | `InvalidArgumentError` of a decorator's key, made of the request's input | 400 Bad Request       |
+ * | any other (`BACKEND_MISCONFIGURED`, a template naming what its argument lacks, bad options) | 500, logged in one line |
+ *
+ * Each body is JSON naming the error's `code` (shaped by the module's `errorBody`, if set); a 500
+ * says no more than Nest's own.
  */
 @Injectable()
 export class LockInterceptor implements NestInterceptor {
-  constructor(@Optional() @Inject(LOCK_OPTIONS) private readonly options: LockHttpOptions = {}) {}
+  private readonly logger: LockLogger;
+
+  constructor(@Optional() @Inject(LOCK_OPTIONS) private readonly options: LockHttpOptions = {}) {
+    this.logger = createLockLogger(options.logger, 'LockInterceptor');
+  }
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> {
-    if (context.getType() !== 'http') return next.handle();
+    if (context.getType() !== 'http' || this.options.httpErrors === false) return next.handle();
     return next.handle().pipe(catchError((error: unknown) => throwError(() => this.toHttp(error, context))));
   }
 
   protected toHttp(error: unknown, context: ExecutionContext): unknown {
+    if (!(error instanceof LockError)) return error;
     const settings = decoratorSettingsOf(error);
-    if (settings === undefined) return error;
-    const retryAfter = settings.retryAfter ?? this.options.retryAfter ?? DEFAULT_RETRY_AFTER_SECONDS;
+    const retryAfter = settings?.retryAfter ?? this.options.retryAfter ?? DEFAULT_RETRY_AFTER_SECONDS;
+    const unavailable = (body: LockErrorBody) => {
+      setHeader(context.switchToHttp().getResponse(), 'Retry-After', String(retryAfter));
+      return new ServiceUnavailableException(this.shape(body, error, context), { cause: error });
+    };
     if (error instanceof LockTimeoutError) {
       const body = { ...defaultBody(HttpStatus.CONFLICT, 'Conflict', error), key: error.key };
       return new ConflictException(this.shape(body, error, context), { cause: error });
     }
     if (error instanceof SemaphoreTimeoutError) {
-      setHeader(context.switchToHttp().getResponse(), 'Retry-After', String(retryAfter));
-      const body = {
-        ...defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error),
-        semaphore: error.semaphore,
-        limit: error.limit,
-      };
-      return new ServiceUnavailableException(this.shape(body, error, context), { cause: error });
+      const body = defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error);
+      return unavailable({ ...body, semaphore: error.semaphore, limit: error.limit });
     }
-    if (error instanceof LockBackendError) {
-      setHeader(context.switchToHttp().getResponse(), 'Retry-After', String(retryAfter));
-      const body = {
-        ...defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error),
-        ...(error.key === undefined ? {} : { key: error.key }),
-      };
-      return new ServiceUnavailableException(this.shape(body, error, context), { cause: error });
+    if ((error instanceof LockBackendError && error.code === 'BACKEND_UNAVAILABLE') || error instanceof LockLostError) {
+      const body = defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error);
+      return unavailable({ ...body, ...(error.key === undefined ? {} : { key: error.key }) });
     }
-    if (error instanceof InvalidArgumentError) {
+    // A key a decorator made of the method's arguments, which came from the request: the client's input.
+    if (error instanceof InvalidArgumentError && settings !== undefined && !isKeyTemplateFault(error)) {
       const body = { ...defaultBody(HttpStatus.BAD_REQUEST, 'Bad Request', error), argument: error.argument };
       return new BadRequestException(this.shape(body, error, context), { cause: error });
     }
-    return error;
+    // The code's or the deployment's fault: the client learns no more than from any 500, the log says what.
+    const { method, url } = context.switchToHttp().getRequest<{ method?: string; url?: string }>() ?? {};
+    this.logger.error(`${method ?? ''} ${url ?? ''}: ${String(error)}`.trim());
+    const body = defaultBody(HttpStatus.INTERNAL_SERVER_ERROR, 'Internal Server Error', error);
+    return new InternalServerErrorException(this.shape({ ...body, message: 'Internal server error' }, error, context), {
+      cause: error,
+    });
   }
 
   private shape(
@@ -97,12 +106,12 @@ export class LockInterceptor implements NestInterceptor {
     try {
       const shaped: unknown = this.options.errorBody(body, error, context);
       if (typeof shaped === 'object' && shaped !== null) {
-        if (typeof (shaped as { then?: unknown }).then !== 'function') return shaped;
+        if (typeof (shaped as { then?: unknown }).then !== 'function') return shaped as Record<string, unknown>;
         // An async hook: its body comes too late, and its failure must not go unhandled.
         (shaped as Promise<unknown>).then(undefined, () => undefined);
       }
     } catch {
-      // A hook that throws must not turn the answer into a 500.
+      // A hook that throws must not turn the answer into another one.
     }
     // Anything but a JSON object leaves the default body.
     return body;

@@ -174,9 +174,12 @@ export class HeldLease implements WatchedLease {
     throw this.lostError ?? this.lossOf('released');
   }
 
-  /** Milliseconds the lease is still guaranteed to be ours; 0 once released or lost. */
+  /**
+   * Whole milliseconds the lease is still guaranteed to be ours (rounded down: never a fraction more
+   * than it has); 0 once released or lost.
+   */
   get validity(): number {
-    return this.state === 'held' ? Math.max(0, this.validUntil - performance.now()) : 0;
+    return this.state === 'held' ? Math.max(0, Math.floor(this.validUntil - performance.now())) : 0;
   }
 
   /** Neither released nor lost: a nested call of the same chain may join it. */

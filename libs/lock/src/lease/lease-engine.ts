@@ -1,6 +1,6 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import type { LockStore } from '../store/store.js';
-import type { LockTelemetry } from '../telemetry/telemetry.js';
+import type { LockTelemetry, SkipReason } from '../telemetry/telemetry.js';
 import { acquireAllIfFree, acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
 import { driftOf, HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
 import { type ChainLease, enterHold, heldByChain, type HoldTicket, runHolding } from './lease-chain.js';
@@ -112,9 +112,9 @@ export class LeaseEngine implements LeaseKeeping {
     return holdAtLeast === undefined ? ticket : this.leaves.holdAtLeast(ticket, holdAtLeast, ttl);
   }
 
-  /** A decorated call skipped because the lease of `kind` was held elsewhere (`onBusy: 'skip'`): counted. */
-  skipped(kind: LeaseKind): void {
-    this.telemetry.skipped(kind.name);
+  /** A decorated call with `onBusy: 'skip'` that did not run, for `reason`: counted. */
+  skipped(kind: LeaseKind, reason: SkipReason): void {
+    this.telemetry.skipped(kind.name, reason);
   }
 
   /** The leases of `kind` on `id` held in this process (by `token`, or by anybody without one), newest last. */

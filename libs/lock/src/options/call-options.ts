@@ -103,11 +103,20 @@ export const DEFAULTS_OPTION_NAMES: ReadonlySet<string> = new Set([
   'fair',
 ]);
 
-/** The option names each kind of call accepts; anything else is a misspelling and refused. */
+/**
+ * The option names each kind of call accepts; anything else is a misspelling and refused. A
+ * decorator's options hold for every call of its method: a `signal` or an owner `token` of one call
+ * has no place there.
+ */
 const OPTION_NAMES = {
   semaphore: new Set([...DEFAULTS_OPTION_NAMES, 'signal']),
   lock: new Set([...DEFAULTS_OPTION_NAMES, 'signal', 'token', 'mode']),
+  semaphoreDecorator: DEFAULTS_OPTION_NAMES,
+  lockDecorator: new Set([...DEFAULTS_OPTION_NAMES, 'mode']),
 } as const;
+
+/** What a decorator's options may hold of a call's: everything but what belongs to one call. */
+export type DecoratorCallOptions<Options extends LeaseOptions> = Omit<Options, 'signal' | 'token'>;
 
 /**
  * Checks the options of one call (or of a decorator, when its class is defined): no unknown

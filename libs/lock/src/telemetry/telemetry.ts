@@ -3,6 +3,15 @@ import { errorMessage, type LockLostError } from '../lock.errors.js';
 
 type OpenTelemetryApi = typeof import('@opentelemetry/api');
 
+/** Why a decorated call with `onBusy: 'skip'` did not run: its lease was held elsewhere, or the store was away. */
+export type SkipReason = 'busy' | 'unavailable';
+
+/** A decorated call that did not run (`onBusy: 'skip'`): why, counted by `reason` and logged with `detail`. */
+export interface Skip {
+  reason: SkipReason;
+  /** For the log line: `lock "k" is held elsewhere`. */
+  detail: string;
+}
 /**
  * `@opentelemetry/api` is an optional peer: asked for once, when this module loads, and without
  * it every measurement below is a no-op. A dynamic import, so that the CommonJS and the ESM builds
@@ -79,7 +88,8 @@ export class LockTelemetry {
         unit: '{lease}',
       }),
       skipped: meter.createCounter('nest_lock.skipped', {
-        description: "Decorated calls that did not run because their lease was held elsewhere (onBusy: 'skip')",
+        description:
+          "Decorated calls that did not run because their lease was held elsewhere or the store was away (onBusy: 'skip')",
         unit: '{call}',
       }),
       waiters: meter.createUpDownCounter('nest_lock.waiters', {
@@ -149,9 +159,9 @@ export class LockTelemetry {
     };
   }
 
-  /** A decorated call of `kind` skipped: its lease was held elsewhere (`onBusy: 'skip'`). */
-  skipped(kind: string): void {
-    this.instruments?.skipped.add(1, { 'nest_lock.kind': kind });
+  /** A decorated call of `kind` skipped (`onBusy: 'skip'`): its lease was held elsewhere (`busy`), or the store away (`unavailable`). */
+  skipped(kind: string, reason: SkipReason): void {
+    this.instruments?.skipped.add(1, { 'nest_lock.kind': kind, 'nest_lock.reason': reason });
   }
 
   leaseLost(error: LockLostError): void {
