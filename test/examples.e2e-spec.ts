@@ -8,7 +8,7 @@ import { useRedisServer } from './support/redis-server.js';
 const run = promisify(execFile);
 const example = fileURLToPath(new URL('../examples/fenced-writes.mjs', import.meta.url));
 
-/** The README's fencing example, run as a user runs it (`npm run example:fencing`), on both stores. */
+/** The fencing guide's example, run as a user runs it (`npm run example:fencing`), on both stores. */
 describe('examples/fenced-writes.mjs', () => {
   const server = useRedisServer();
 
@@ -31,12 +31,12 @@ describe('examples/fenced-writes.mjs', () => {
   });
 });
 
-/** The README's unit-testing example is the test file test/testing-example.e2e-spec.ts, word for word. */
-describe("the README's testing example", () => {
+/** The testing guide's example is the test file test/testing-example.e2e-spec.ts, word for word. */
+describe("the testing guide's example", () => {
   it('is test/testing-example.e2e-spec.ts verbatim', () => {
-    const readme = readFileSync(new URL('../README.md', import.meta.url), 'utf8');
+    const guide = readFileSync(new URL('../docs/guides/testing.md', import.meta.url), 'utf8');
     const testFile = readFileSync(new URL('./testing-example.e2e-spec.ts', import.meta.url), 'utf8');
-    const block = /<!-- testing-example:[^>]*-->\s*```ts\n([\s\S]*?)```/.exec(readme)?.[1];
+    const block = /<!-- testing-example:[^>]*-->\s*```ts\n([\s\S]*?)```/.exec(guide)?.[1];
 
     expect(block).toBe(testFile);
   });
