@@ -5,8 +5,8 @@ import { DEFAULT_RETRY_AFTER_SECONDS, validateRetryAfter } from './http/http-opt
 import { InvalidArgumentError, type LockError, type LockLostError } from './lock.errors.js';
 import {
   DEFAULT_LEASE,
-  DEFAULTS_OPTION_NAMES,
   type Fairness,
+  LEASE_DEFAULTS_KEYS,
   type LeaseDefaults,
   type ModuleDefaults,
   resolveLease,
@@ -14,6 +14,7 @@ import {
   validateLeaseTtl,
 } from './options/call-options.js';
 import { driftMargin, duration } from './options/durations.js';
+import { keysOf, optionNames } from './options/option-names.js';
 import { describe, isPlainObject, isWellFormed, rejectUnknownNames, validateBoolean } from './options/validation.js';
 import { isClusterOption, type RedisClusterOption, validateRedisOption } from './store/redis/redis-options.js';
 import { type RedlockOptions, resolveRedlock, type ResolvedRedlockOptions } from './store/redlock/redlock-options.js';
@@ -129,21 +130,35 @@ export interface ResolvedModuleOptions {
   logger?: LockModuleOptions['logger'];
 }
 
-const MODULE_OPTION_NAMES = new Set([
-  'redis',
-  'store',
-  'redlock',
-  'keyPrefix',
-  'fenceCounterTtl',
-  'defaults',
-  'commandTimeout',
-  'waitForReplicas',
-  'onLockLost',
-  'httpErrors',
-  'retryAfter',
-  'errorBody',
-  'logger',
-]);
+// The key objects of the module options (options/option-names.ts): the names their checks know.
+const MODULE_OPTIONS_KEYS = keysOf<LockModuleOptions>()({
+  redis: true,
+  store: true,
+  redlock: true,
+  keyPrefix: true,
+  fenceCounterTtl: true,
+  defaults: true,
+  commandTimeout: true,
+  waitForReplicas: true,
+  onLockLost: true,
+  httpErrors: true,
+  retryAfter: true,
+  errorBody: true,
+  logger: true,
+});
+const MODULE_DEFAULTS_KEYS = keysOf<NonNullable<LockModuleOptions['defaults']>>()({
+  ...LEASE_DEFAULTS_KEYS,
+  autoExtend: true,
+  fair: true,
+});
+const WAIT_FOR_REPLICAS_KEYS = keysOf<NonNullable<LockModuleOptions['waitForReplicas']>>()({
+  replicas: true,
+  timeout: true,
+});
+const MODULE_OPTION_NAMES = optionNames(MODULE_OPTIONS_KEYS);
+const MODULE_DEFAULTS_OPTION_NAMES = optionNames(MODULE_DEFAULTS_KEYS);
+const WAIT_FOR_REPLICAS_OPTION_NAMES = optionNames(WAIT_FOR_REPLICAS_KEYS);
+
 export function resolveModuleOptions(options: LockModuleOptions): ResolvedModuleOptions {
   // `forRoot()` passes `{}`; `undefined` comes only from a `forRootAsync` factory that returned nothing.
   if (!isPlainObject(options)) {
@@ -178,7 +193,7 @@ export function resolveModuleOptions(options: LockModuleOptions): ResolvedModule
   if (!isPlainObject(defaults)) {
     throw new InvalidArgumentError('defaults', 'must be an object');
   }
-  rejectUnknownNames('defaults.', defaults, DEFAULTS_OPTION_NAMES);
+  rejectUnknownNames('defaults.', defaults, MODULE_DEFAULTS_OPTION_NAMES);
   if (onLockLost !== undefined && typeof onLockLost !== 'function') {
     throw new InvalidArgumentError('onLockLost', `must be a function, got ${describe(onLockLost)}`);
   }
@@ -222,7 +237,7 @@ function validateWaitForReplicas(
   if (!isPlainObject(wait)) {
     throw new InvalidArgumentError('waitForReplicas', `must be { replicas, timeout }, got ${describe(wait)}`);
   }
-  rejectUnknownNames('waitForReplicas.', wait as object, new Set(['replicas', 'timeout']));
+  rejectUnknownNames('waitForReplicas.', wait as object, WAIT_FOR_REPLICAS_OPTION_NAMES);
   const { replicas, timeout } = wait as { replicas?: unknown; timeout?: unknown };
   if (typeof replicas !== 'number' || !Number.isInteger(replicas) || replicas < 1) {
     throw new InvalidArgumentError('waitForReplicas.replicas', `must be a whole number ≥ 1, got ${describe(replicas)}`);

@@ -1,6 +1,7 @@
 import type { LoggerService } from '@nestjs/common';
 import { InvalidArgumentError } from '../lock.errors.js';
 import { duration } from './durations.js';
+import { keysOf, optionNames } from './option-names.js';
 import { describe, isPlainObject, isWellFormed, rejectUnknownNames, validateBoolean } from './validation.js';
 
 /** How long a lease lasts and how a caller waits for one. All durations in milliseconds. */
@@ -96,51 +97,68 @@ export const DEFAULT_LEASE: Readonly<LeaseDefaults> = Object.freeze({
   maxStep: 500,
 });
 
-/** The names of `defaults` in the module options. */
-export const DEFAULTS_OPTION_NAMES: ReadonlySet<string> = new Set([
-  ...Object.keys(DEFAULT_LEASE),
-  'autoExtend',
-  'fair',
-]);
-
-/**
- * The option names each kind of call accepts; anything else is a misspelling and refused. A
- * decorator's options hold for every call of its method: a `signal` or an owner `token` of one call
- * has no place there.
- */
-const OPTION_NAMES = {
-  semaphore: new Set([...DEFAULTS_OPTION_NAMES, 'signal']),
-  lock: new Set([...DEFAULTS_OPTION_NAMES, 'signal', 'token', 'mode']),
-  semaphoreDecorator: DEFAULTS_OPTION_NAMES,
-  lockDecorator: new Set([...DEFAULTS_OPTION_NAMES, 'mode']),
-} as const;
-
 /** What a decorator's options may hold of a call's: everything but what belongs to one call. */
 export type DecoratorCallOptions<Options extends LeaseOptions> = Omit<Options, 'signal' | 'token'>;
 
+/** The options of an in-process semaphore (`acquireLocal`, `scope: 'local'`): it only waits. */
+export type LocalSemaphoreOptions = Pick<SemaphoreOptions, 'timeout'>;
+
+// The key object of each options interface (options/option-names.ts): the names its checks know,
+// in the order their errors list them.
+export const LEASE_DEFAULTS_KEYS = keysOf<LeaseDefaults>()({
+  ttl: true,
+  timeout: true,
+  step: true,
+  ratio: true,
+  maxStep: true,
+});
+const LEASE_OPTIONS_KEYS = keysOf<LeaseOptions>()({
+  ...LEASE_DEFAULTS_KEYS,
+  autoExtend: true,
+  fair: true,
+  signal: true,
+});
+const SEMAPHORE_OPTIONS_KEYS = keysOf<SemaphoreOptions>()({ ...LEASE_OPTIONS_KEYS });
+const LOCK_OPTIONS_KEYS = keysOf<LockOptions>()({ ...LEASE_OPTIONS_KEYS, token: true, mode: true });
+export const HOLD_OPTIONS_KEYS = keysOf<HoldOptions>()({ holdAtLeast: true });
 /**
- * Checks the options of one call (or of a decorator, when its class is defined): no unknown
- * names, and every value in range.
+ * A decorator's options hold for every call of its method: a `signal` or an owner `token` of one
+ * call has no place there.
  */
-export function validateCallOptions(
-  kind: keyof typeof OPTION_NAMES,
-  options: unknown,
-  extraNames: readonly string[] = [],
-): void {
-  validateOptionsBesideDurations(kind, options, extraNames);
+export const LOCK_DECORATOR_CALL_KEYS = keysOf<DecoratorCallOptions<LockOptions>>()({
+  ...LEASE_DEFAULTS_KEYS,
+  autoExtend: true,
+  fair: true,
+  mode: true,
+});
+export const SEMAPHORE_DECORATOR_CALL_KEYS = keysOf<DecoratorCallOptions<SemaphoreOptions>>()({
+  ...LEASE_DEFAULTS_KEYS,
+  autoExtend: true,
+  fair: true,
+});
+export const LOCAL_SEMAPHORE_OPTIONS_KEYS = keysOf<LocalSemaphoreOptions>()({ timeout: true });
+
+/** The option names each kind of call accepts; anything else is a misspelling and refused. */
+const CALL_OPTION_NAMES = {
+  lock: optionNames(LOCK_OPTIONS_KEYS),
+  semaphore: optionNames(SEMAPHORE_OPTIONS_KEYS),
+} as const;
+const LOCAL_SEMAPHORE_OPTION_NAMES = optionNames(LOCAL_SEMAPHORE_OPTIONS_KEYS);
+
+/**
+ * Checks the options of a decorator, when its class is defined: no names but `known` (those of its
+ * options interface, from its key object), and every value in range.
+ */
+export function validateCallOptions(known: ReadonlySet<string>, options: unknown): void {
+  validateOptionsBesideDurations(known, options);
   resolveLease(DEFAULT_LEASE, options as LeaseOptions);
 }
 
 /** Everything but the durations: an object of known names, a signal, a token, booleans. */
-function validateOptionsBesideDurations(
-  kind: keyof typeof OPTION_NAMES,
-  options: unknown,
-  extraNames: readonly string[] = [],
-): void {
+function validateOptionsBesideDurations(known: ReadonlySet<string>, options: unknown): void {
   if (!isPlainObject(options)) {
     throw new InvalidArgumentError('options', 'must be an object');
   }
-  const known = extraNames.length === 0 ? OPTION_NAMES[kind] : new Set([...OPTION_NAMES[kind], ...extraNames]);
   rejectUnknownNames('', options as object, known);
   const { signal, token, autoExtend, fair, mode } = options as LockOptions;
   validateSignal(signal);
@@ -173,12 +191,12 @@ export interface AcquirePolicy extends LeaseDefaults {
  * anything else happens; the core then trusts it.
  */
 export function resolveAcquirePolicy(
-  call: keyof typeof OPTION_NAMES,
+  call: keyof typeof CALL_OPTION_NAMES,
   defaults: Readonly<LeaseDefaults & { fair: Fairness }>,
   options: LockOptions,
   margin: (ttl: number) => number,
 ): AcquirePolicy {
-  validateOptionsBesideDurations(call, options);
+  validateOptionsBesideDurations(CALL_OPTION_NAMES[call], options);
   const policy: AcquirePolicy = resolveLease(defaults, options) as AcquirePolicy;
   validateLeaseTtl(policy.ttl, margin, options.ttl === undefined ? 'defaults.ttl' : 'ttl');
   policy.fair = options.fair ?? defaults.fair;
@@ -282,12 +300,18 @@ export function validateRoutine(fn: unknown): void {
   }
 }
 
-/** A `LocalSemaphore` only waits: `timeout` is all it can honour. */
-export function validateLocalOptions(options: unknown, extraNames: readonly string[] = []): void {
+/**
+ * A `LocalSemaphore` only waits: `timeout` is all it can honour. `known`: the names of a caller
+ * that takes more (`@Semaphore` with `scope: 'local'`), `timeout` among them.
+ */
+export function validateLocalOptions(
+  options: unknown,
+  known: ReadonlySet<string> = LOCAL_SEMAPHORE_OPTION_NAMES,
+): void {
   if (!isPlainObject(options)) {
     throw new InvalidArgumentError('options', 'must be an object');
   }
-  rejectUnknownNames('', options as object, new Set(['timeout', ...extraNames]));
+  rejectUnknownNames('', options as object, known);
   resolveLease(DEFAULT_LEASE, options as LeaseOptions);
 }
 

@@ -1,6 +1,7 @@
 import type { Cluster, ClusterOptions, Redis } from 'ioredis';
 import { InvalidArgumentError } from '../../lock.errors.js';
 import { describe, isPlainObject, rejectUnknownNames } from '../../options/validation.js';
+import { keysOf, optionNames } from '../../options/option-names.js';
 
 /** A Redis Cluster the module connects to: its seed nodes and ioredis `ClusterOptions`. */
 export interface RedisClusterOption {
@@ -44,11 +45,13 @@ export function isRedisClient(value: unknown): value is Redis | Cluster {
   return typeof candidate?.evalsha === 'function' && typeof candidate.set === 'function';
 }
 
+const CLUSTER_OPTIONS_KEYS = keysOf<RedisClusterOption['cluster']>()({ nodes: true, options: true });
+
 function validateClusterOption(cluster: unknown): void {
   if (!isPlainObject(cluster)) {
     throw new InvalidArgumentError('redis.cluster', `must be { nodes, options? }, got ${describe(cluster)}`);
   }
-  rejectUnknownNames('redis.cluster.', cluster as object, new Set(['nodes', 'options']));
+  rejectUnknownNames('redis.cluster.', cluster as object, optionNames(CLUSTER_OPTIONS_KEYS));
   const { nodes, options } = cluster as { nodes?: unknown; options?: unknown };
   if (!Array.isArray(nodes) || nodes.length === 0) {
     throw new InvalidArgumentError('redis.cluster.nodes', `must list at least one node, got ${describe(nodes)}`);

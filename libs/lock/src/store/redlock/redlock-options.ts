@@ -1,6 +1,7 @@
 import type { Redis, RedisOptions } from 'ioredis';
 import { InvalidArgumentError } from '../../lock.errors.js';
 import { DEFAULT_DRIFT_FACTOR, duration } from '../../options/durations.js';
+import { keysOf, optionNames } from '../../options/option-names.js';
 import { describe, isPlainObject, rejectUnknownNames } from '../../options/validation.js';
 import { isClusterOption, isRedisClient, validateRedisOption } from '../redis/redis-options.js';
 
@@ -29,7 +30,14 @@ export interface ResolvedRedlockOptions {
   quarantine: number;
 }
 
-const REDLOCK_OPTION_NAMES = new Set(['nodes', 'quorum', 'driftFactor', 'quarantine']);
+/** The key object of `RedlockOptions` (options/option-names.ts): the names its check knows. */
+const REDLOCK_OPTIONS_KEYS = keysOf<RedlockOptions>()({
+  nodes: true,
+  quorum: true,
+  driftFactor: true,
+  quarantine: true,
+});
+const REDLOCK_OPTION_NAMES = optionNames(REDLOCK_OPTIONS_KEYS);
 
 /**
  * `redlock`: its nodes (each a URL, ioredis options or a client, never a cluster, no server twice), a
