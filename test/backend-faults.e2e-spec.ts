@@ -360,7 +360,8 @@ describe('await using, with a release that fails while Redis is frozen', () => {
       } finally {
         server().resume();
       }
-      expect(warnings).toEqual(
+      // Besides the outage itself (logged once when commands stop being answered).
+      expect(warnings.filter((line) => !line.startsWith('Redis is unreachable since'))).toEqual(
         [single, ...several.keys].map((key) => expect.stringContaining(`Could not release lock "${key}"`)),
       );
     } finally {

@@ -21,6 +21,7 @@ describe("the package's public entry", () => {
       'LockNotConfiguredError',
       'currentLock',
       'currentPermit',
+      'isLockError',
       'DEFAULT_RETRY_AFTER_SECONDS',
     ];
 

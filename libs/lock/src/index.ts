@@ -1,5 +1,7 @@
 export {
+  type AnyLockError,
   InvalidArgumentError,
+  isLockError,
   LockBackendError,
   LockError,
   type LockErrorCode,

@@ -189,3 +189,21 @@ const WHY: Record<LockLostError['reason'], string> = {
 export class LockNotConfiguredError extends LockError {
   readonly code = 'NOT_CONFIGURED';
 }
+
+/** Every error nest-lock raises, as a union: narrowed by its `code` (`isLockError`). */
+export type AnyLockError =
+  | LockTimeoutError
+  | SemaphoreTimeoutError
+  | InvalidArgumentError
+  | LockBackendError
+  | LockUpgradeError
+  | LockLostError
+  | LockNotConfiguredError;
+
+/**
+ * Whether `error` is one of nest-lock's, as the union of them: then `error.code === 'LOCK_TIMEOUT'`
+ * tells TypeScript it is a `LockTimeoutError` (with its `key`), and a `switch` over the code is checked.
+ */
+export function isLockError(error: unknown): error is AnyLockError {
+  return error instanceof LockError;
+}

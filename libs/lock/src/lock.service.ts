@@ -79,6 +79,7 @@ export interface LockInspection {
 export class LockService implements OnModuleDestroy {
   private readonly logger: LockLogger;
 
+  /** Built by `LockModule`. @internal */
   constructor(
     @Inject(LeaseEngine) private readonly engine: LeaseEngine,
     @Inject(LOCK_OPTIONS) private readonly options: ServiceOptions,

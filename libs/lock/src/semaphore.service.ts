@@ -65,6 +65,7 @@ export class SemaphoreService implements OnModuleDestroy {
   private readonly localSemaphores = new LocalSemaphores();
   private readonly logger: LockLogger;
 
+  /** Built by `LockModule`. @internal */
   constructor(
     @Inject(LeaseEngine) private readonly engine: LeaseEngine,
     @Inject(LOCK_OPTIONS) private readonly options: ServiceOptions,

@@ -2,7 +2,11 @@ import { InvalidArgumentError, SemaphoreTimeoutError } from '../lock.errors.js';
 import { validateRetryAfter } from '../http/http-options.js';
 import {
   type DecoratorCallOptions,
+  HOLD_OPTIONS_KEYS,
   type HoldOptions,
+  LOCAL_SEMAPHORE_OPTIONS_KEYS,
+  type LocalSemaphoreOptions,
+  SEMAPHORE_DECORATOR_CALL_KEYS,
   type SemaphoreOptions,
   splitHoldOptions,
   validateCallOptions,
@@ -10,6 +14,7 @@ import {
   validateLimit,
   validateLocalOptions,
 } from '../options/call-options.js';
+import { keysOf, optionNames } from '../options/option-names.js';
 import { SemaphoreService } from '../semaphore.service.js';
 import type { Skip } from '../telemetry/telemetry.js';
 import { classNameOf, type GuardDecorator, guardMethod, type OnBusy, validateOnBusy } from './guarded-method.js';
@@ -29,6 +34,29 @@ export interface SemaphoreDecoratorOptions extends DecoratorCallOptions<Semaphor
   onBusy?: OnBusy;
 }
 
+/** What `@Semaphore` adds to a call's options: its own, whatever its `scope`. */
+type SemaphoreDecoratorOwnOptions = Omit<SemaphoreDecoratorOptions, keyof DecoratorCallOptions<SemaphoreOptions>>;
+
+// The key objects of the decorator's options (options/option-names.ts): the names it knows.
+const SEMAPHORE_DECORATOR_OWN_KEYS = keysOf<SemaphoreDecoratorOwnOptions>()({
+  name: true,
+  scope: true,
+  retryAfter: true,
+  onBusy: true,
+  ...HOLD_OPTIONS_KEYS,
+});
+const SEMAPHORE_DECORATOR_OPTIONS_KEYS = keysOf<SemaphoreDecoratorOptions>()({
+  ...SEMAPHORE_DECORATOR_CALL_KEYS,
+  ...SEMAPHORE_DECORATOR_OWN_KEYS,
+});
+/** `scope: 'local'`: of a call's options, a local semaphore honours only its own (`timeout`). */
+const LOCAL_SEMAPHORE_DECORATOR_OPTIONS_KEYS = keysOf<LocalSemaphoreOptions & SemaphoreDecoratorOwnOptions>()({
+  ...LOCAL_SEMAPHORE_OPTIONS_KEYS,
+  ...SEMAPHORE_DECORATOR_OWN_KEYS,
+});
+const SEMAPHORE_DECORATOR_OPTION_NAMES = optionNames(SEMAPHORE_DECORATOR_OPTIONS_KEYS);
+const LOCAL_SEMAPHORE_DECORATOR_OPTION_NAMES = optionNames(LOCAL_SEMAPHORE_DECORATOR_OPTIONS_KEYS);
+
 /**
  * At most `limit` calls of the method run at once — across every process (default) or inside
  * this one (`scope: 'local'`) — on controller route handlers and provider methods alike.
@@ -42,9 +70,8 @@ export interface SemaphoreDecoratorOptions extends DecoratorCallOptions<Semaphor
 export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}): GuardDecorator {
   validateLimit(limit);
   // Misspelt options — and options a local semaphore cannot honour — fail when the class is defined.
-  const decoratorOptionNames = ['name', 'scope', 'retryAfter', 'onBusy', 'holdAtLeast'];
-  if (options.scope === 'local') validateLocalOptions(options, decoratorOptionNames);
-  else validateCallOptions('semaphoreDecorator', options, decoratorOptionNames);
+  if (options.scope === 'local') validateLocalOptions(options, LOCAL_SEMAPHORE_DECORATOR_OPTION_NAMES);
+  else validateCallOptions(SEMAPHORE_DECORATOR_OPTION_NAMES, options);
   const { name, scope = 'distributed', retryAfter, onBusy, ...leaseOptions } = options;
   const skipWhenBusy = validateOnBusy(onBusy) === 'skip';
   splitHoldOptions(leaseOptions); // checks holdAtLeast when the class is defined; each call splits it off

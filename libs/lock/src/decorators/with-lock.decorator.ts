@@ -2,11 +2,14 @@ import { validateRetryAfter } from '../http/http-options.js';
 import { InvalidArgumentError, LockTimeoutError } from '../lock.errors.js';
 import {
   type DecoratorCallOptions,
+  HOLD_OPTIONS_KEYS,
   type HoldOptions,
+  LOCK_DECORATOR_CALL_KEYS,
   type LockOptions,
   splitHoldOptions,
   validateCallOptions,
 } from '../options/call-options.js';
+import { keysOf, optionNames } from '../options/option-names.js';
 import { LockService } from '../lock.service.js';
 import type { Skip } from '../telemetry/telemetry.js';
 import {
@@ -30,6 +33,15 @@ export interface WithLockOptions extends DecoratorCallOptions<LockOptions>, Hold
    */
   onBusy?: OnBusy;
 }
+
+/** The key object of `WithLockOptions` (options/option-names.ts): the names `@WithLock` knows. */
+const WITH_LOCK_OPTIONS_KEYS = keysOf<WithLockOptions>()({
+  ...LOCK_DECORATOR_CALL_KEYS,
+  retryAfter: true,
+  onBusy: true,
+  ...HOLD_OPTIONS_KEYS,
+});
+const WITH_LOCK_OPTION_NAMES = optionNames(WITH_LOCK_OPTIONS_KEYS);
 
 /**
  * `@WithLock` with a key function: the method's parameters must fit the function's — the
@@ -93,7 +105,7 @@ export function WithLock(key: string, options?: WithLockOptions): GuardDecorator
 export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: WithLockOptions = {}): GuardDecorator {
   const { keyOf, fits } = compileKeyTemplates(key);
   // Misspelt options fail when the class is defined, not on the first call.
-  validateCallOptions('lockDecorator', options, ['retryAfter', 'onBusy', 'holdAtLeast']);
+  validateCallOptions(WITH_LOCK_OPTION_NAMES, options);
   const { retryAfter, onBusy, ...lockOptions } = options;
   if (retryAfter !== undefined) validateRetryAfter(retryAfter);
   const skipWhenBusy = validateOnBusy(onBusy) === 'skip';

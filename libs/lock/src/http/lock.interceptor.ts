@@ -47,8 +47,9 @@ export type LockHttpOptions = Partial<
  * | `InvalidArgumentError` of a decorator's key, made of the request's input | 400 Bad Request       |
  * | any other (`BACKEND_MISCONFIGURED`, a template naming what its argument lacks, bad options) | 500, logged in one line |
  *
- * Each body is JSON naming the error's `code` (shaped by the module's `errorBody`, if set); a 500
- * says no more than Nest's own.
+ * Each body is JSON naming the error's `code` (shaped by the module's `errorBody`, if set); the 503 of
+ * an unreachable store and a 500 say no more than that (the store's address and the code's fault
+ * are for the log).
  */
 @Injectable()
 export class LockInterceptor implements NestInterceptor {
@@ -79,9 +80,17 @@ export class LockInterceptor implements NestInterceptor {
       const body = defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error);
       return unavailable({ ...body, semaphore: error.semaphore, limit: error.limit });
     }
-    if ((error instanceof LockBackendError && error.code === 'BACKEND_UNAVAILABLE') || error instanceof LockLostError) {
+    if (error instanceof LockBackendError && error.code === 'BACKEND_UNAVAILABLE') {
+      // Its message names the server and why it is away: for the log (the module logs the outage), not
+      // for clients.
       const body = defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error);
-      return unavailable({ ...body, ...(error.key === undefined ? {} : { key: error.key }) });
+      return unavailable({ ...body, message: STORE_AWAY, ...(error.key === undefined ? {} : { key: error.key }) });
+    }
+    if (error instanceof LockLostError) {
+      return unavailable({
+        ...defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error),
+        key: error.key,
+      });
     }
     // A key a decorator made of the method's arguments, which came from the request: the client's input.
     if (error instanceof InvalidArgumentError && settings !== undefined && !isKeyTemplateFault(error)) {
@@ -117,6 +126,9 @@ export class LockInterceptor implements NestInterceptor {
     return body;
   }
 }
+
+/** What a client is told of a store that cannot be reached. */
+const STORE_AWAY = 'The lock store is unavailable; try again later';
 
 function defaultBody(statusCode: number, reason: string, error: LockError): LockErrorBody {
   return { statusCode, error: reason, code: error.code, message: error.message };

@@ -50,7 +50,7 @@ export function backendErrorOf(
   if (error instanceof LockBackendError) return error;
   const reply = error instanceof Error && error.name === 'ReplyError' ? errorMessage(error) : undefined;
   if (reply === undefined) {
-    const down = connection?.down;
+    const down = connection?.outage;
     const why = down === undefined ? '' : ` (since ${new Date(down.since).toISOString()}: ${down.reason})`;
     return new LockBackendError(`Redis is unreachable${why}: could not ${purpose}`, key, { cause: error });
   }

@@ -1,7 +1,7 @@
 import type { Cluster, ClusterOptions, Redis, RedisOptions } from 'ioredis';
 import { isClusterOption, type RedisClusterOption } from './redis-options.js';
-import { errorMessage, InvalidArgumentError } from '../../lock.errors.js';
-import { connectionStateOf, misconfigurationOf } from './connection-state.js';
+import { InvalidArgumentError } from '../../lock.errors.js';
+import { connectionStateOf } from './connection-state.js';
 
 /**
  * Client settings for a connection the module opens itself. A lock command must either
@@ -83,32 +83,21 @@ export async function connectModuleClient(
     client = new ioredis.Redis({ ...MODULE_CLIENT_DEFAULTS, ...redis });
   }
 
-  const connection = connectionStateOf(client);
-  let outageSince: number | undefined;
-  let refusalLogged: string | undefined;
-  client.on('error', (error: Error) => {
-    const refused = misconfigurationOf(error);
-    if (refused !== undefined) {
-      if (refused === refusalLogged) return;
-      refusalLogged = refused;
+  connectionStateOf(client).watch((event) => {
+    if (event.type === 'refused') {
       logger.error(
-        `Redis refuses this client (${refused}): check the password, user and database of the redis option. ` +
-          'Lock calls fail at once with BACKEND_MISCONFIGURED until it is fixed',
+        `Redis refuses this client (${event.misconfiguration}): check the password, user and database of the ` +
+          'redis option. Lock calls fail at once with BACKEND_MISCONFIGURED until it is fixed',
       );
-      return;
+    } else if (event.type === 'down') {
+      const { since, reason } = event.outage;
+      logger.warn(
+        `Redis is unreachable since ${new Date(since).toISOString()} (${reason}): ` +
+          'lock calls fail with BACKEND_UNAVAILABLE until it is back',
+      );
+    } else {
+      logger.log(`Redis is reachable again, after ${(event.lasted / 1_000).toFixed(1)} s`);
     }
-    if (outageSince !== undefined || client.status === 'ready') return;
-    outageSince = Date.now();
-    logger.warn(
-      `Redis is unreachable since ${new Date(outageSince).toISOString()} (${errorMessage(error)}): ` +
-        'lock calls fail with BACKEND_UNAVAILABLE until it is back',
-    );
-  });
-  client.on('ready', () => {
-    if (connection.misconfiguration === undefined) refusalLogged = undefined;
-    if (outageSince === undefined) return;
-    logger.log(`Redis is reachable again, after ${((Date.now() - outageSince) / 1_000).toFixed(1)} s`);
-    outageSince = undefined;
   });
 
   if (client.status === 'wait') {

@@ -255,6 +255,7 @@ export class RedisStore implements LockStore {
     this.closed = true;
     this.wakeUps.close();
     if (!this.options.ownsClient) return;
+    this.connection.stop();
     if (this.client.status === 'ready') {
       // QUIT lets replies already on their way arrive; bounded, because a stopped server never answers.
       await this.withTimeout(this.client.quit(), 'close the connection', '').catch(() => undefined);
@@ -402,11 +403,13 @@ export class RedisStore implements LockStore {
     this.shareWrite();
     const deadline = performance.now() + this.options.commandTimeout;
     try {
-      return await this.withTimeout(
+      const answer = await this.withTimeout(
         command(() => performance.now() >= deadline),
         purpose,
         id,
       );
+      this.connection.commandAnswered();
+      return answer;
     } catch (error) {
       throw backendErrorOf(error, phrase(purpose), id, this.connection);
     }
@@ -430,7 +433,10 @@ export class RedisStore implements LockStore {
   }
 
   private withTimeout<T>(command: Promise<T>, purpose: string | (() => string), id: string): Promise<T> {
-    return this.deadlines.bound(command, () => unansweredError(phrase(purpose), id, this.options.commandTimeout));
+    return this.deadlines.bound(command, () => {
+      this.connection.commandUnanswered(this.options.commandTimeout);
+      return unansweredError(phrase(purpose), id, this.options.commandTimeout);
+    });
   }
 }
 

@@ -350,6 +350,7 @@ export class RedlockStore implements LockStore {
       this.clients.map(async (client, i) => {
         client.removeListener('ready', this.onReady[i]);
         if (!this.options.ownsClients[i]) return;
+        connectionStateOf(client).stop();
         if (client.status === 'ready') {
           // Bounded: a stopped server never answers QUIT.
           await Promise.race([client.quit(), sleep(this.options.commandTimeout)]).catch(() => undefined);
