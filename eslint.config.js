@@ -21,7 +21,7 @@ const layers = {
     `${src}/http/**`,
   ],
   // Every `*.service.ts` at the top: a new facade is in its layer without a word here.
-  services: [`${src}/*.service.ts`, `${src}/local-semaphore*.ts`, `${src}/live-services.ts`],
+  services: [`${src}/*.service.ts`, `${src}/held-*.ts`, `${src}/local-semaphore*.ts`, `${src}/live-services.ts`],
   core: [`${src}/lease/**`],
   kinds: [`${src}/kinds/**`],
   stores: [`${src}/store/**`],

@@ -111,7 +111,7 @@ describe('handover at the edges', () => {
         expect(refused.granted).toBe(false);
         expect(refused.lastFence).toBeGreaterThanOrEqual(fence);
         await shortStore.release(kind, id, 'other');
-        await shortStore.giveBack(kind, id, 'late-waiter');
+        await shortStore.release(kind, id, 'late-waiter', { undo: true });
       } finally {
         await closeLockApp(short);
       }

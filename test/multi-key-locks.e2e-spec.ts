@@ -10,7 +10,7 @@ import {
 } from 'nest-lock';
 import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
-import { inTakingOrder } from '../libs/lock/src/lease/lease-set.js';
+import { keyRuns, LockStore } from './support/kinds.js';
 import { closeLockApp, createLockApp, STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
 import { useRedisClient, useRedisServer } from './support/redis-server.js';
 import { runWorkers } from './support/workers.js';
@@ -37,6 +37,8 @@ describe.each(STORE_KINDS)('locks on several keys on the %s store', (kind) => {
   // Two applications: on Redis two owners as far as Redis can tell (two processes); on memory one.
   const apps = useLockApps(kind, 2);
   const [a, b] = [() => apps()[0].locks, () => apps()[1].locks];
+  /** The order every caller takes these keys in, on this store. */
+  const inTakingOrder = (keys: string[]) => keyRuns(apps()[0].module.get<LockStore>(LockStore), keys).flat();
 
   it('takes every key at once, without repeats, in the one global order, and frees them all', async () => {
     const [k1, k2, k3] = [uniqueKey('multi-1'), uniqueKey('multi-2'), uniqueKey('multi-3')];
@@ -266,6 +268,8 @@ describe.each(STORE_KINDS)('@WithLock on several keys on the %s store', (kind) =
 describe('locks on several free keys on one Redis', () => {
   const apps = useLockApps('redis', 2);
   const [a, b] = [() => apps()[0].locks, () => apps()[1].locks];
+  /** The order every caller takes these keys in, on this store. */
+  const inTakingOrder = (keys: string[]) => keyRuns(apps()[0].module.get<LockStore>(LockStore), keys).flat();
 
   /** Every command the server runs meanwhile on `keys` (Lua's own marked `lua:`), by MONITOR. */
   async function commandsOn(keys: string[], during: () => Promise<unknown>): Promise<string[]> {

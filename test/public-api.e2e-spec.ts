@@ -23,8 +23,11 @@ describe("the package's public entry", () => {
       'currentPermit',
       'isLockError',
       'DEFAULT_RETRY_AFTER_SECONDS',
+      'LockStore',
+      'PASSED_WITHOUT_FENCE',
     ];
 
     expect(Object.keys(nestLock).sort()).toEqual([...contract].sort());
+    expect(typeof nestLock.LockStore).toBe('symbol'); // the injection token of the store contract
   });
 });

@@ -5,7 +5,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
 import { useRedisClient } from './support/redis-server.js';
 import { spawnWorker, workerExited } from './support/workers.js';
-import { lockKind, LockStore, RedisStore, semaphoreKind } from './support/kinds.js';
+import { listeningChannelOf, lockKind, LockStore, RedisStore, semaphoreKind } from './support/kinds.js';
 
 /** Resolves with the lock and how long after `since` it was granted. */
 async function grantedAfter<L = Lock>(lease: Promise<L>, since: () => number): Promise<{ lock: L; after: number }> {
@@ -129,14 +129,14 @@ describe('wake-ups and fair order on Redis', () => {
       // The first wait subscribes; it ends as soon as the subscription stands.
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBeNull();
       // A release hands the lock over while no wait is in progress.
-      await redis().publish(store().listeningChannelOf(lockKind, key), 'the-waiter 42 700');
+      await redis().publish(listeningChannelOf(store(), lockKind, key), 'the-waiter 42 700');
       await delay(100);
       const started = performance.now();
 
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toEqual({ fence: 42, lease: 700 });
       expect(performance.now() - started).toBeLessThan(1_000);
       // Other waiters' handovers are not kept for it.
-      await redis().publish(store().listeningChannelOf(lockKind, key), 'someone-else 43 700');
+      await redis().publish(listeningChannelOf(store(), lockKind, key), 'someone-else 43 700');
       await delay(100);
       expect(await turn.wait({ limit: 200, step: 200 })).toBeNull();
     } finally {
@@ -150,14 +150,14 @@ describe('wake-ups and fair order on Redis', () => {
     try {
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBeNull(); // subscribed
       // A release wakes it ('<token> 0 0') while its attempt is on the way.
-      await redis().publish(store().listeningChannelOf(lockKind, key), 'the-waiter 0 0');
+      await redis().publish(listeningChannelOf(store(), lockKind, key), 'the-waiter 0 0');
       await delay(100);
       const started = performance.now();
 
       expect(await turn.wait({ limit: 5_000, step: 5_000 })).toBeNull();
       expect(performance.now() - started).toBeLessThan(1_000);
       // Another waiter's wake is not kept for it: this wait lasts its limit.
-      await redis().publish(store().listeningChannelOf(lockKind, key), 'someone-else 0 0');
+      await redis().publish(listeningChannelOf(store(), lockKind, key), 'someone-else 0 0');
       await delay(100);
       const next = performance.now();
       expect(await turn.wait({ limit: 300, step: 300 })).toBeNull();
@@ -224,7 +224,7 @@ describe('wake-ups and fair order on Redis', () => {
 
         // One message, on the channel of the application whose waiter got the lock, naming that waiter.
         const listening = others.map((each) =>
-          each.module.get<RedisStore>(LockStore).listeningChannelOf(lockKind, key),
+          listeningChannelOf(each.module.get<RedisStore>(LockStore), lockKind, key),
         );
         expect(new Set(listening).size).toBe(3);
         expect(heard).toHaveLength(1);
@@ -262,7 +262,7 @@ describe('wake-ups and fair order on Redis', () => {
         // The release wakes 'first', which has no turn open: it is giving up.
         expect(await store().release(kind, key, 'holder')).toBe(true);
         await delay(50);
-        expect(await store().giveBack(kind, key, 'first')).toBe(false);
+        expect(await store().release(kind, key, 'first', { undo: true })).toBe(false);
 
         expect(await woken).toBeNull();
         expect(performance.now() - started).toBeLessThan(1_000);
@@ -588,7 +588,7 @@ describe('wake-ups and fair order on Redis', () => {
     const holder = await app().locks.lock(key);
     const waiter = app().locks.lock(key);
     await untilInLine(key, 1);
-    const channel = store().listeningChannelOf(lockKind, key);
+    const channel = listeningChannelOf(store(), lockKind, key);
     // The waiter joins the line with its attempt and subscribes right after that attempt's reply.
     expect(await untilSubscribers(channel, 1)).toEqual([channel, 1]);
 

@@ -7,7 +7,7 @@ import { RedisClusterTopology } from '../support/topologies.js';
 import { command, parseInfo } from '../support/topology-tools.js';
 import { slotOf } from '../../libs/lock/src/store/redis/key-layout.js';
 import { type HoldHistoryReport, runHoldHistory, runWorker } from '../support/workers.js';
-import { lockKind, LockStore, RedisStore } from '../support/kinds.js';
+import { listeningChannelOf, lockKind, LockStore, RedisStore } from '../support/kinds.js';
 
 /** What the runs measured, printed once at the end (for docs/DEPLOYMENT.md). */
 const figures: Record<string, unknown> = {};
@@ -145,7 +145,7 @@ describe('nest-lock on a Redis Cluster of 3 primaries with a replica each', () =
       const key = uniqueKey(`sharded-wake-${fair}`);
       const holder = await app.locks.lock(key);
       const waiter = app.locks.lock(key, { fair, step: 5_000, maxStep: 5_000 });
-      const channel = store().listeningChannelOf(lockKind, key);
+      const channel = listeningChannelOf(store(), lockKind, key);
       const { port } = await topology.primaryFor(channel);
       // Subscribed with SSUBSCRIBE on the channel's primary, not with SUBSCRIBE.
       for (let tries = 0; ; tries++) {

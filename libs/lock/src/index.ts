@@ -25,9 +25,26 @@ export type {
 } from './options/call-options.js';
 export { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody } from './http/http-options.js';
 export type { RedisClusterOption } from './store/redis/redis-options.js';
-export { currentLock, type Lock, type LockInspection, LockService } from './lock.service.js';
-export { currentPermit, LocalPermit, type Permit, type PermitHolder, SemaphoreService } from './semaphore.service.js';
+export { type Lock } from './held-lock.js';
+export { type Permit } from './held-permit.js';
+export { currentLock, type LockInspection, LockService } from './lock.service.js';
+export { currentPermit, LocalPermit, type PermitHolder, SemaphoreService } from './semaphore.service.js';
 export { WithLock, type WithLockOptions } from './decorators/with-lock.decorator.js';
 export { Semaphore, type SemaphoreDecoratorOptions } from './decorators/semaphore.decorator.js';
 export type { KeyTemplate } from './decorators/key-template.js';
 export type { OnBusy } from './decorators/guarded-method.js';
+export {
+  type Attempt,
+  type AttemptOptions,
+  type Handover,
+  type Inspection,
+  type LeaseExtension,
+  LockStore,
+  PASSED_WITHOUT_FENCE,
+  type ReleaseOptions,
+  type Successor,
+  type TakenIfFree,
+  type Turn,
+  type TurnWait,
+} from './store/store.js';
+export type { StoreKind, StoreOperation } from './store/store-kind.js';

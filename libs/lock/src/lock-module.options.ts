@@ -18,6 +18,7 @@ import { keysOf, optionNames } from './options/option-names.js';
 import { describe, isPlainObject, isWellFormed, rejectUnknownNames, validateBoolean } from './options/validation.js';
 import { isClusterOption, type RedisClusterOption, validateRedisOption } from './store/redis/redis-options.js';
 import { type RedlockOptions, resolveRedlock, type ResolvedRedlockOptions } from './store/redlock/redlock-options.js';
+import type { LockStore } from './store/store.js';
 
 export interface LockModuleOptions {
   /**
@@ -32,9 +33,11 @@ export interface LockModuleOptions {
    * Which store to use, said on purpose: `'memory'` is the embedded store without the start-up
    * warning (unit tests, one-process tools), and cannot be combined with `redis`; `'redis'` refuses
    * to start without `redis` (a missing `REDIS_URL` then fails at bootstrap instead of falling back
-   * to process-local locks). Default: Redis when `redis` is given, else the memory store.
+   * to process-local locks); or a store of your own, any object that keeps the `LockStore` contract
+   * (docs/ARCHITECTURE.md, "Adding a store"), which the module uses as it is and never closes.
+   * Default: Redis when `redis` is given, else the memory store.
    */
-  store?: 'memory' | 'redis';
+  store?: 'memory' | 'redis' | LockStore;
   /**
    * Redlock over independent Redis masters instead of one Redis (`redis`, which it excludes): a lease is
    * granted by a quorum of `nodes`. See docs/API.md, "Redlock". Semaphores are refused on it.
@@ -285,9 +288,27 @@ function validateLogger(logger: unknown): void {
   }
 }
 
+/** What every store has: the required members of `LockStore`. */
+const REQUIRED_STORE_METHODS = ['acquire', 'release', 'extend', 'fence', 'inspect', 'forceRelease', 'close'] as const;
+
 function validateStoreChoice(store: unknown, redis: unknown, redlock: unknown): void {
+  if (typeof store === 'object' && store !== null) {
+    const missing = REQUIRED_STORE_METHODS.filter(
+      (name) => typeof (store as Record<string, unknown>)[name] !== 'function',
+    );
+    if (missing.length > 0) {
+      throw new InvalidArgumentError('store', `must keep the LockStore contract: it has no ${missing.join(', ')}`);
+    }
+    if (redis !== undefined || redlock !== undefined) {
+      throw new InvalidArgumentError(
+        'store',
+        'a store of your own cannot be combined with redis or redlock: drop them',
+      );
+    }
+    return;
+  }
   if (store !== undefined && store !== 'memory' && store !== 'redis') {
-    throw new InvalidArgumentError('store', `must be 'memory' or 'redis', got ${describe(store)}`);
+    throw new InvalidArgumentError('store', `must be 'memory', 'redis' or a LockStore, got ${describe(store)}`);
   }
   if (redlock !== undefined && redis !== undefined) {
     throw new InvalidArgumentError('redlock', 'cannot be combined with the redis option: drop one of them');

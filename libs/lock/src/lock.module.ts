@@ -43,6 +43,7 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
   constructor(
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LeaseEngine) private readonly engine: LeaseEngine,
+    @Inject(LOCK_OPTIONS) private readonly options: ResolvedModuleOptions,
   ) {
     super();
   }
@@ -57,13 +58,15 @@ export class LockModule extends ConfigurableModuleClass implements OnApplication
 
   /** After every module's onModuleDestroy, so that those may still release their locks. */
   async onApplicationShutdown(): Promise<void> {
+    const ownStore = typeof this.options.store !== 'object';
     // Leases kept after their routine (`holdAtLeast`) are released now, and no more are put off.
     await this.engine.leaves.leaveAllNow();
     // Routines still running under withLock / withPermit / a decorator get a moment to finish and
     // release; closing the store under them would leave their leases held for a whole ttl.
     await this.engine.watchdog.drain(SHUTDOWN_GRACE_MS);
     this.engine.close();
-    await this.store.close();
+    // A store passed in is its owner's to close, as a Redis client passed in is.
+    if (ownStore) await this.store.close();
   }
 }
 
@@ -89,6 +92,7 @@ async function createStore({
   fenceCounterTtl,
   logger: loggerOption,
 }: ResolvedModuleOptions): Promise<LockStore> {
+  if (typeof store === 'object') return store;
   const logger = createLockLogger(loggerOption, 'LockModule');
   if (redlock !== undefined) {
     const { nodes, quorum, driftFactor, quarantine } = redlock;

@@ -1,11 +1,13 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { lockKind } from './kinds/lock.kind.js';
-import { HeldLease, keepPolicy } from './lease/held-lease.js';
+import { keepPolicy } from './lease/held-lease.js';
+import { HeldLock, type Lock, LockSet } from './held-lock.js';
 import type { HoldTicket } from './lease/lease-chain.js';
 import { leaseOfChain, runHolding } from './lease/lease-chain.js';
 import { type HoldCall, LeaseEngine } from './lease/lease-engine.js';
-import { inTakingOrder, LeaseSet, takeInOrder, takenTogether, ticketOfAll } from './lease/lease-set.js';
+import { takeInOrder, ticketOfAll } from './lease/lease-set.js';
 import { createOwnerToken } from './lease/owner-token.js';
+import { countOf, keyRuns } from './lease/store-capabilities.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
 import { InvalidArgumentError, LockTimeoutError } from './lock.errors.js';
 import { createLockLogger, type LockLogger } from './lock-logger.js';
@@ -24,39 +26,6 @@ import {
   validateLeaseTtl,
   validateRoutine,
 } from './options/call-options.js';
-
-/** A held lock. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
-export interface Lock {
-  /** The key; for a lock on several keys, the first of `keys`. */
-  readonly key: string;
-  /** Every key it holds, without repeats, in the order they were taken (`[key]` for one key). */
-  readonly keys: readonly string[];
-  /** `'write'`: held alone; `'read'`: beside other readers of the key (`LockOptions.mode`). */
-  readonly mode: LockMode;
-  /** Owner token: 128 random bits, fresh for every acquisition, unless the caller supplied one. */
-  readonly token: string;
-  /** Milliseconds spent waiting before the lock was acquired (exactly 0 when it was free). */
-  readonly elapsed: number;
-  /**
-   * The lock's fence: strictly greater than the fence of every earlier holder of this key, by any
-   * owner in any process — a protected resource that refuses writes with a fence lower than the
-   * highest it has seen refuses the late writes of a holder that lost its lease. Drawn on the first
-   * call while the lock is ours (one round trip; a lock handed over by a release came with it), the
-   * same number after that. Rejects with `LockLostError` when the lock is not ours any more. On
-   * several keys: the fence of `key`, the first key's by default.
-   */
-  fence(key?: string): Promise<number>;
-  /** Aborted with a `LockLostError` once the lease is known to be lost; never by `unlock()`. */
-  readonly signal: AbortSignal;
-  /** Milliseconds the lease is still guaranteed to be ours (0 once unlocked or lost). */
-  readonly validity: number;
-  /** `true`: released by us; `false`: no longer ours (expired or taken). Never deletes another owner's lock. */
-  unlock(): Promise<boolean>;
-  /** Resets the remaining lease to `ttl` (default: its current ttl: the one it was taken with, or the last given to `expire()`); `false` if no longer ours. */
-  expire(ttl?: number): Promise<boolean>;
-  /** `await using lock = await locks.lock('key')` unlocks at the end of the block. */
-  [Symbol.asyncDispose](): Promise<void>;
-}
 
 /** A lock as `inspect` finds it. */
 export interface LockInspection {
@@ -116,7 +85,7 @@ export class LockService implements OnModuleDestroy {
     }
     const call = this.call(keys[0], options, false);
     const lock = await this.engine.acquire({ ...call, policy: { ...call.policy, timeout: 0 } });
-    return lock instanceof HeldLease ? lock : null;
+    return lock instanceof HeldLock ? lock : null;
   }
 
   /**
@@ -143,10 +112,7 @@ export class LockService implements OnModuleDestroy {
    * what `withLock` and `@WithLock` are made of.
    * @internal
    */
-  async enter(
-    key: string | readonly string[],
-    options: LockOptions & HoldOptions = {},
-  ): Promise<HoldTicket<HeldLease>> {
+  async enter(key: string | readonly string[], options: LockOptions & HoldOptions = {}): Promise<HoldTicket<HeldLock>> {
     const keys = validateKeys('key', key);
     const [lockOptions, holdAtLeast] = splitHoldOptions(options);
     if (keys.length === 1) return this.engine.enter({ ...this.call(keys[0], lockOptions, true), holdAtLeast });
@@ -197,7 +163,7 @@ export class LockService implements OnModuleDestroy {
 
   async isLocked(key: string): Promise<boolean> {
     validateKey('key', key);
-    return (await this.engine.store.count(lockKind, key)) > 0;
+    return (await countOf(this.engine.store, lockKind, key)) > 0;
   }
 
   /**
@@ -234,11 +200,11 @@ export class LockService implements OnModuleDestroy {
   }
 
   /**
-   * Several keys, taken one by one in the one global order (`inTakingOrder`), each waiting at most
+   * Several keys, taken one by one in the one global order (`keyRuns`), each waiting at most
    * what is left of `timeout` while holding the earlier ones, all under one token; if one cannot be
    * taken, the others are given back and its error is thrown.
    */
-  private async lockAll(keys: readonly string[], options: LockOptions): Promise<LeaseSet> {
+  private async lockAll(keys: readonly string[], options: LockOptions): Promise<LockSet> {
     const { runs, timeout, callFor, keep } = this.callsFor(keys, options, false);
     const start = performance.now();
     // The keys taken first are renewed while the next ones are waited for (a wait may outlast their
@@ -254,7 +220,7 @@ export class LockService implements OnModuleDestroy {
     });
     for (const lease of leases) lease.policy = keep;
     await giveBackIfAnyLost(leases, (lease) => lease.releaseQuietly());
-    return new LeaseSet(leases, elapsedSince(start, leases));
+    return new LockSet(leases, elapsedSince(start, leases));
   }
 
   /**
@@ -264,7 +230,7 @@ export class LockService implements OnModuleDestroy {
   private async enterAll(
     keys: readonly string[],
     options: LockOptions,
-  ): Promise<{ ticket: HoldTicket<HeldLease>; policy: AcquirePolicy }> {
+  ): Promise<{ ticket: HoldTicket<HeldLock>; policy: AcquirePolicy }> {
     const { runs, timeout, callFor, policy } = this.callsFor(keys, options, true);
     // An upgrade of any of them is refused before anything is waited for.
     for (const id of runs.flat()) this.engine.refuseUnjoinable(callFor(id, timeout));
@@ -282,7 +248,8 @@ export class LockService implements OnModuleDestroy {
       (ticket) => ticket.lease,
     );
     const leases = tickets.map((ticket) => ticket.lease);
-    return { ticket: ticketOfAll(tickets, elapsedSince(start, leases)), policy };
+    const elapsed = elapsedSince(start, leases);
+    return { ticket: ticketOfAll(tickets, (handles) => new LockSet(handles as Lock[], elapsed)), policy };
   }
 
   /**
@@ -294,11 +261,11 @@ export class LockService implements OnModuleDestroy {
     for (const key of keys.slice(1)) this.refuseOwnTokenInOtherMode(key, call.request, call.policy.token);
     const token = call.policy.token ?? createOwnerToken();
     return {
-      runs: takenTogether(inTakingOrder(keys), (a, b) => this.engine.store.takesTogether?.(a, b) ?? false),
+      runs: keyRuns(this.engine.store, keys),
       timeout: call.policy.timeout,
       keep: call.keep,
       policy: call.policy,
-      callFor: (id: string, timeLeft: number): HoldCall<LockMode> => ({
+      callFor: (id: string, timeLeft: number): HoldCall<LockMode, HeldLock> => ({
         ...call,
         id,
         policy: { ...call.policy, token, timeout: timeLeft },
@@ -307,7 +274,7 @@ export class LockService implements OnModuleDestroy {
   }
 
   /** The lease `key` asks for, its options checked and resolved; `scoped`: held by `withLock` or a decorator. */
-  private call(key: string, options: LockOptions, scoped: boolean): HoldCall<LockMode> {
+  private call(key: string, options: LockOptions, scoped: boolean): HoldCall<LockMode, HeldLock> {
     const { defaults } = this.options;
     const policy = resolveAcquirePolicy('lock', defaults, options, this.engine.driftOf);
     const mode = options.mode ?? 'write';
@@ -318,6 +285,7 @@ export class LockService implements OnModuleDestroy {
       request: mode,
       policy,
       keep: keepPolicy(scoped, options.autoExtend, defaults.autoExtend),
+      view: HeldLock,
     };
   }
 
@@ -329,11 +297,11 @@ export class LockService implements OnModuleDestroy {
    */
   private refuseOwnTokenInOtherMode(key: string, mode: LockMode, token: string | undefined): void {
     if (token === undefined) return;
-    const held = this.engine.leasesOf(lockKind, key, token).find((lease) => lease.mode !== mode);
+    const held = this.engine.leasesOf(lockKind, key, token).find((lease) => lease.request !== mode);
     if (held === undefined) return;
     throw new InvalidArgumentError(
       'token',
-      `it holds lock "${key}" to ${held.mode} in this process: one token is one owner, it cannot also ask to ${mode}`,
+      `it holds lock "${key}" to ${held.request} in this process: one token is one owner, it cannot also ask to ${mode}`,
     );
   }
 }
@@ -373,5 +341,5 @@ function elapsedSince(start: number, leases: readonly { elapsed: number }[]): nu
  */
 export function currentLock(key?: string): Lock | undefined {
   const lease = leaseOfChain(lockKind.name, key);
-  return lease instanceof HeldLease ? lease : undefined;
+  return lease instanceof HeldLock ? lease : undefined;
 }

@@ -1,8 +1,10 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { semaphoreKind } from './kinds/semaphore.kind.js';
-import { HeldLease, keepPolicy } from './lease/held-lease.js';
-import { type HoldTicket, leaseOfChain } from './lease/lease-chain.js';
+import { keepPolicy } from './lease/held-lease.js';
+import { HeldPermit, type Permit } from './held-permit.js';
+import { type HoldTicket, leaseOfChain, runHolding } from './lease/lease-chain.js';
 import { type HoldCall, LeaseEngine } from './lease/lease-engine.js';
+import { countOf } from './lease/store-capabilities.js';
 import { registerLiveService, unregisterLiveService } from './live-services.js';
 import type { LocalSemaphore } from './local-semaphore.js';
 import { type LocalPermit, LocalSemaphores } from './local-semaphores.js';
@@ -23,30 +25,6 @@ import { createLockLogger, type LockLogger } from './lock-logger.js';
 import type { Skip } from './telemetry/telemetry.js';
 
 export { LocalPermit } from './local-semaphores.js';
-
-/** A held permit of a semaphore. Its lease runs out after `ttl` unless it is renewed (`autoExtend`, or `expire()`). */
-export interface Permit {
-  readonly name: string;
-  /** 128 random bits, fresh for every acquisition. */
-  readonly token: string;
-  /** Milliseconds spent waiting before the permit was granted (exactly 0 when one was free). */
-  readonly elapsed: number;
-  /**
-   * Strictly greater than every fence drawn earlier for a permit of this semaphore, drawn on the first
-   * call while the permit is ours, as `Lock.fence()`.
-   */
-  fence(): Promise<number>;
-  /** Aborted with a `LockLostError` once the lease is known to be lost; never by `release()`. */
-  readonly signal: AbortSignal;
-  /** Milliseconds the lease is still guaranteed to be ours (0 once released or lost). */
-  readonly validity: number;
-  /** `true`: given back by us; `false`: no longer ours (its lease ran out), or already released. */
-  release(): Promise<boolean>;
-  /** Resets the remaining lease to `ttl` (default: its current ttl: the one it was taken with, or the last given to `expire()`); `false` if no longer ours. */
-  expire(ttl?: number): Promise<boolean>;
-  /** `await using permit = await semaphores.acquire('reports', 2)` releases at the end of the block. */
-  [Symbol.asyncDispose](): Promise<void>;
-}
 
 /** One permit that `SemaphoreService.holders()` found held. */
 export interface PermitHolder {
@@ -91,7 +69,7 @@ export class SemaphoreService implements OnModuleDestroy {
   async tryAcquire(name: string, limit: number, options: SemaphoreOptions = {}): Promise<Permit | null> {
     const call = this.call(name, limit, options, false);
     const permit = await this.engine.acquire({ ...call, policy: { ...call.policy, timeout: 0 } });
-    return permit instanceof HeldLease ? permit : null;
+    return permit instanceof HeldPermit ? permit : null;
   }
 
   /**
@@ -109,7 +87,7 @@ export class SemaphoreService implements OnModuleDestroy {
     const [leaseOptions, holdAtLeast] = splitHoldOptions(options);
     const call = this.call(name, limit, leaseOptions, true);
     validateRoutine(fn);
-    return this.engine.holdDuring({ ...call, holdAtLeast }, fn);
+    return runHolding(this.engine.enter({ ...call, holdAtLeast }), fn);
   }
 
   /**
@@ -121,7 +99,7 @@ export class SemaphoreService implements OnModuleDestroy {
     name: string,
     limit: number,
     options: SemaphoreOptions & HoldOptions = {},
-  ): Promise<HoldTicket<HeldLease>> {
+  ): Promise<HoldTicket<HeldPermit>> {
     const [leaseOptions, holdAtLeast] = splitHoldOptions(options);
     return this.engine.enter({ ...this.call(name, limit, leaseOptions, true), holdAtLeast });
   }
@@ -155,7 +133,7 @@ export class SemaphoreService implements OnModuleDestroy {
   /** Permits of `name` held right now (expired leases not counted). */
   async count(name: string): Promise<number> {
     validateKey('name', name);
-    return this.engine.store.count(semaphoreKind, name);
+    return countOf(this.engine.store, semaphoreKind, name);
   }
 
   /**
@@ -191,7 +169,7 @@ export class SemaphoreService implements OnModuleDestroy {
   }
 
   /** The lease a permit of `name` asks for, its arguments checked and resolved; `scoped`: held by `withPermit` or a decorator. */
-  private call(name: string, limit: number, options: SemaphoreOptions, scoped: boolean): HoldCall<number> {
+  private call(name: string, limit: number, options: SemaphoreOptions, scoped: boolean): HoldCall<number, HeldPermit> {
     validateKey('name', name);
     validateLimit(limit);
     const { defaults } = this.options;
@@ -201,6 +179,7 @@ export class SemaphoreService implements OnModuleDestroy {
       request: limit,
       policy: resolveAcquirePolicy('semaphore', defaults, options, this.engine.driftOf),
       keep: keepPolicy(scoped, options.autoExtend, defaults.autoExtend),
+      view: HeldPermit,
     };
   }
 
@@ -219,5 +198,5 @@ export class SemaphoreService implements OnModuleDestroy {
  */
 export function currentPermit(name?: string): Permit | undefined {
   const lease = leaseOfChain(semaphoreKind.name, name);
-  return lease instanceof HeldLease ? lease : undefined;
+  return lease instanceof HeldPermit ? lease : undefined;
 }

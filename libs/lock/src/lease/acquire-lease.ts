@@ -5,7 +5,11 @@ import type { Handover, LockStore, TakenIfFree, Turn } from '../store/store.js';
 import { driftOf, type LeaseGrant, type LeaseKeeping } from './held-lease.js';
 import { lineOf } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
+import { turnOf } from './store-capabilities.js';
 import { type HandedLease, untilAborted, waitForLease } from './wait-for-lease.js';
+
+/** A release that undoes an attempt, or leaves the line (`ReleaseOptions.undo`). */
+const UNDO = { undo: true } as const;
 
 /** No lease within the timeout: how long it waited, and why the store refused when no holder was the reason. */
 export interface NotGranted {
@@ -85,9 +89,10 @@ async function takeIfFree<Request>(
   const giveBack = () =>
     Promise.all(
       ids.map((id) =>
-        store.giveBack(kind, id, token).catch((error: unknown) => {
+        store.release(kind, id, token, UNDO).catch((error: unknown) => {
           if (error instanceof LockBackendError && error.transient) {
-            releases.retry({ kind, id, token }, () => store.giveBack(kind, id, token), performance.now() + policy.ttl);
+            const retried = () => store.release(kind, id, token, UNDO);
+            releases.retry({ kind, id, token }, retried, performance.now() + policy.ttl);
           }
           return false;
         }),
@@ -164,7 +169,7 @@ async function waitInLines<Request>(
   const { kind, id, request, policy } = call;
   const { fair, signal } = policy;
   // Undoes an attempt whose answer was lost or is not wanted, or leaves the line (see `giveBack`).
-  const release = () => store.giveBack(kind, id, token);
+  const release = () => store.release(kind, id, token, UNDO);
 
   // The cohort (`fair: true`) queues in this process first; a single attempt (timeout 0) nowhere. A
   // strict waiter, and a waiter that one release admits together with the others asking the same (a
@@ -181,7 +186,7 @@ async function waitInLines<Request>(
     if (leaveLocalLine === null) return { waited: performance.now() - start };
   }
   // Opened before the first attempt: a lease handed over while an attempt is on its way is kept.
-  const turn = store.openTurn(kind, id, token);
+  const turn = turnOf(store, kind, id, token);
   if (leaveLocalLine) lines.waitsOnStore(line, token, policy.ttl, request, start);
   const leaveStoreLine = inStoreLine ? lines.standsInStoreLine(line, token, policy.ttl, request) : undefined;
   try {

@@ -1,10 +1,9 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
-import { errorMessage, InvalidArgumentError, LockBackendError, LockLostError } from '../lock.errors.js';
-import { type LockMode, validateLeaseTtl } from '../options/call-options.js';
+import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
+import { validateLeaseTtl } from '../options/call-options.js';
 import { driftMargin } from '../options/durations.js';
 import type { LockStore } from '../store/store.js';
 import type { HoldTimer } from '../telemetry/telemetry.js';
-import { LeaseShare } from './lease-share.js';
 import { type LocalLines, lineOf } from './local-line.js';
 import type { ReleaseRetries } from './release-retries.js';
 import type { Watchdog, WatchedLease } from './watchdog.js';
@@ -62,10 +61,11 @@ export function driftOf(store: LockStore, ttl: number): number {
 /**
  * One lease a caller holds, of any kind. It knows how long it is still valid (from the send time of
  * the last acquire or extension that succeeded, so a late reply never stretches it), aborts its
- * `signal` once it is lost, and is released once. `Lock` and `Permit` are its typed views: `key`
- * and `unlock()` are `name` and `release()` under the names each kind's users expect.
+ * `signal` once it is lost, and is released once. Each kind's users see it through a view of their
+ * own, a subclass the service names in its calls (`LeaseView`: a lock's `key`, `mode`, `unlock()`; a
+ * permit's `name`), which also says how one holder of a call chain sees it (`shareWith`).
  */
-export class HeldLease implements WatchedLease {
+export class HeldLease<Request = unknown> implements WatchedLease {
   private state: 'held' | 'released' | 'lost' = 'held';
   /** Made on first use of `signal`: most leases are released before anybody looks at it. */
   private lostController?: AbortController;
@@ -94,11 +94,11 @@ export class HeldLease implements WatchedLease {
   readonly elapsed: number;
 
   constructor(
-    readonly kind: LeaseKind,
+    readonly kind: LeaseKind<Request>,
     /** The lock key or semaphore name. */
     readonly id: string,
     /** What it was taken asking (the kind's request: a lock's mode, a semaphore's limit). */
-    readonly request: unknown,
+    readonly request: Request,
     grant: LeaseGrant,
     private readonly keeping: LeaseKeeping,
     public policy: KeepPolicy,
@@ -114,26 +114,6 @@ export class HeldLease implements WatchedLease {
     this.serverLease = grant.serverTtl;
     this.mustExtend = grant.serverTtl < grant.ttl;
     keeping.watchdog.track(this);
-  }
-
-  /** The lock key (`Lock.key`). */
-  get key(): string {
-    return this.id;
-  }
-
-  /** The keys of a lock (`Lock.keys`): its one key. */
-  get keys(): readonly string[] {
-    return [this.id];
-  }
-
-  /** How a lock holds its key (`Lock.mode`): its request. */
-  get mode(): LockMode {
-    return this.request as LockMode;
-  }
-
-  /** The semaphore name (`Permit.name`). */
-  get name(): string {
-    return this.id;
   }
 
   /** Aborted with a `LockLostError` once the lease is known to be lost; never by an intentional release. */
@@ -152,10 +132,7 @@ export class HeldLease implements WatchedLease {
    * taken: a lease found gone is lost, its `signal` aborts) — at once, drawn before or not, once this
    * process knows it — with `LockBackendError` when the store cannot be reached (the next call tries again).
    */
-  fence(key?: string): Promise<number> {
-    if (key !== undefined && key !== this.id) {
-      return Promise.reject(new InvalidArgumentError('key', `"${key}" is not this lock's key`));
-    }
+  fence(): Promise<number> {
     if (this.state !== 'held') return Promise.reject(this.lostError ?? this.lossOf('released'));
     if (this.drawnFence !== undefined) return Promise.resolve(this.drawnFence);
     this.drawing ??= this.drawFence().finally(() => (this.drawing = undefined));
@@ -254,11 +231,6 @@ export class HeldLease implements WatchedLease {
     };
   }
 
-  /** `Lock.unlock()`: `release()` under the lock's name for it. */
-  unlock(): Promise<boolean> {
-    return this.release();
-  }
-
   /**
    * Gives the lease back: `true` if it was ours, `false` if it was not any more (expired or
    * taken) or was already released. Renewals stop first, so that a late renewal answer changes
@@ -277,7 +249,7 @@ export class HeldLease implements WatchedLease {
     const successor = lines.successor(lineOf(this.kind, this.id), this.token);
     watchdog.releasing();
     try {
-      return await store.release(this.kind, this.id, this.token, successor);
+      return await store.release(this.kind, this.id, this.token, successor && { successor });
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
       const serverDeadline = this.validUntil + driftOf(store, this.leaseTtl);
@@ -316,15 +288,6 @@ export class HeldLease implements WatchedLease {
     if (this.policy.autoExtend || this.state !== 'held') return;
     this.policy = { ...this.policy, autoExtend: true };
     this.keeping.watchdog.track(this);
-  }
-
-  /**
-   * The lease as one holder of a call chain sees it (`withLock` hands it to its function): the same
-   * lease, whose `unlock()` / `release()` / dispose end only that holder's share, so that a nested
-   * holder never frees the lease under the others.
-   */
-  shareWith(leave: () => Promise<boolean>): LeaseShare {
-    return new LeaseShare(this, leave);
   }
 
   /** Releases, logging a failure instead of throwing it (`withLock`, `withPermit`, `await using`). */

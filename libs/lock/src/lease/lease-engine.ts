@@ -3,18 +3,28 @@ import type { LockStore } from '../store/store.js';
 import type { LockTelemetry, SkipReason } from '../telemetry/telemetry.js';
 import { acquireAllIfFree, acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
 import { driftOf, HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
-import { type ChainLease, enterHold, heldByChain, type HoldTicket, runHolding } from './lease-chain.js';
+import { type ChainLease, enterHold, heldByChain, type HoldTicket } from './lease-chain.js';
 import { LocalLines } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
 import { ReleaseRetries } from './release-retries.js';
 import { ScheduledLeaves } from './scheduled-leaves.js';
 import type { Watchdog } from './watchdog.js';
 
-/** One acquisition as a public method asks for it: the lease, and how it is kept once held. */
-export interface HoldCall<Request = unknown> extends LeaseCall<Request> {
+/** How a held lease is built: the arguments of `HeldLease`'s constructor. */
+export type HeldLeaseArgs<Request> = ConstructorParameters<typeof HeldLease<Request>>;
+
+/**
+ * The class a kind's users see a held lease as (`HeldLock`, `HeldPermit`): a `HeldLease` with its
+ * names (a lock's `key` and `mode`), chosen by the service that asks for it.
+ */
+export type LeaseView<Request, L extends HeldLease<Request>> = new (...args: HeldLeaseArgs<Request>) => L;
+
+/** One acquisition as a public method asks for it: the lease, how it is kept once held, and how it is seen. */
+export interface HoldCall<Request, L extends HeldLease<Request>> extends LeaseCall<Request> {
   readonly keep: KeepPolicy;
   /** Held by a routine: kept after it returned until this many ms since it started (`ScheduledLeaves`). */
   readonly holdAtLeast?: number | undefined;
+  readonly view: LeaseView<Request, L>;
 }
 
 /**
@@ -40,7 +50,7 @@ export class LeaseEngine implements LeaseKeeping {
   readonly driftOf = (ttl: number): number => driftOf(this.store, ttl);
 
   /** One acquisition: the held lease, or how long it waited in vain. */
-  async acquire<Request>(call: HoldCall<Request>): Promise<HeldLease | NotGranted> {
+  async acquire<Request, L extends HeldLease<Request>>(call: HoldCall<Request, L>): Promise<L | NotGranted> {
     const { kind, id, policy } = call;
     // A release of an earlier lease under the caller's own token must not be retried into this one.
     if (policy.token !== undefined) this.releases.forget({ kind, id, token: policy.token });
@@ -48,7 +58,7 @@ export class LeaseEngine implements LeaseKeeping {
       acquireLease(this, call, this.commandTimeout),
     );
     if (!('token' in grant)) return grant;
-    return new HeldLease(kind, id, call.request, grant, this, call.keep, this.telemetry.startHold(kind.name));
+    return new call.view(kind, id, call.request, grant, this, call.keep, this.telemetry.startHold(kind.name));
   }
 
   /**
@@ -56,7 +66,9 @@ export class LeaseEngine implements LeaseKeeping {
    * in one step of the store, all or none; `undefined` when they were not all free, or nobody of this
    * process may be passed by (see `acquireAllIfFree` in acquire-lease.ts): the caller takes them one by one.
    */
-  async acquireAllIfFree<Request>(calls: readonly HoldCall<Request>[]): Promise<HeldLease[] | undefined> {
+  async acquireAllIfFree<Request, L extends HeldLease<Request>>(
+    calls: readonly HoldCall<Request, L>[],
+  ): Promise<L[] | undefined> {
     const { kind, policy } = calls[0];
     const token = policy.token ?? createOwnerToken();
     if (policy.token !== undefined) for (const { id } of calls) this.releases.forget({ kind, id, token });
@@ -64,7 +76,7 @@ export class LeaseEngine implements LeaseKeeping {
     if (grant === undefined) return undefined;
     this.telemetry.acquiredAtOnce(kind.name, calls.length);
     return calls.map(
-      (call) => new HeldLease(kind, call.id, call.request, grant, this, call.keep, this.telemetry.startHold(kind.name)),
+      (call) => new call.view(kind, call.id, call.request, grant, this, call.keep, this.telemetry.startHold(kind.name)),
     );
   }
 
@@ -72,7 +84,9 @@ export class LeaseEngine implements LeaseKeeping {
    * `acquireAllIfFree` for a call chain: tickets of the leases taken; `undefined` when they were not
    * all free, or the chain holds one of them already (it is joined one by one).
    */
-  async enterAllIfFree<Request>(calls: readonly HoldCall<Request>[]): Promise<HoldTicket<HeldLease>[] | undefined> {
+  async enterAllIfFree<Request, L extends HeldLease<Request>>(
+    calls: readonly HoldCall<Request, L>[],
+  ): Promise<HoldTicket<L>[] | undefined> {
     if (calls.some((call) => heldByChain(this.entryOf(call)) !== undefined)) return undefined;
     const leases = await this.acquireAllIfFree(calls);
     if (leases === undefined) return undefined;
@@ -80,7 +94,7 @@ export class LeaseEngine implements LeaseKeeping {
   }
 
   /** One acquisition, or the kind's timeout error (`LockTimeoutError`, `SemaphoreTimeoutError`). */
-  async acquireOrThrow<Request>(call: HoldCall<Request>): Promise<HeldLease> {
+  async acquireOrThrow<Request, L extends HeldLease<Request>>(call: HoldCall<Request, L>): Promise<L> {
     const lease = await this.acquire(call);
     if (lease instanceof HeldLease) return lease;
     const { kind, id, request, policy } = call;
@@ -91,12 +105,8 @@ export class LeaseEngine implements LeaseKeeping {
    * Runs `fn` holding the lease (re-entrant: a call chain that holds it already joins it, the last of
    * its holders gives it back), and gives it back afterwards, whatever `fn` did.
    */
-  holdDuring<Request, Handle, T>(call: HoldCall<Request>, fn: (handle: Handle) => T | Promise<T>): Promise<T> {
-    return runHolding(this.enter(call), fn);
-  }
-
   /** Joins the lease the call chain holds, or waits for it, as a holder that must `leave()` (the decorators). */
-  enter<Request>(call: HoldCall<Request>): Promise<HoldTicket<HeldLease>> {
+  enter<Request, L extends HeldLease<Request>>(call: HoldCall<Request, L>): Promise<HoldTicket<L>> {
     const entered = enterHold(this.entryOf(call), () => this.acquireOrThrow(call), this.mayJoin(call));
     const { holdAtLeast, policy } = call;
     if (holdAtLeast === undefined) return entered;
@@ -118,8 +128,8 @@ export class LeaseEngine implements LeaseKeeping {
   }
 
   /** The leases of `kind` on `id` held in this process (by `token`, or by anybody without one), newest last. */
-  leasesOf(kind: LeaseKind, id: string, token?: string): HeldLease[] {
-    return this.watchdog.leasesOf<HeldLease>(kind, id, token);
+  leasesOf<Request>(kind: LeaseKind<Request>, id: string, token?: string): HeldLease<Request>[] {
+    return this.watchdog.leasesOf<HeldLease<Request>>(kind, id, token);
   }
 
   /** The module is closing: no renewal, release retry or report any more. */
@@ -132,20 +142,20 @@ export class LeaseEngine implements LeaseKeeping {
    * Throws at once when the call chain holds the lease of `call` and the call may not join it (an
    * upgrade): for a call on several keys, before any of them is waited for.
    */
-  refuseUnjoinable<Request>(call: HoldCall<Request>): void {
+  refuseUnjoinable<Request>(call: LeaseCall<Request>): void {
     const held = heldByChain(this.entryOf(call));
-    if (held instanceof HeldLease) this.mayJoin(call)(held);
+    if (held instanceof HeldLease) this.mayJoin(call)(held as HeldLease<Request>);
   }
 
   /** Refuses to join a lease of the chain that the call may not share (the kind says: an upgrade). */
-  private mayJoin<Request>({ kind, id, request }: HoldCall<Request>): (held: HeldLease) => void {
+  private mayJoin<Request>({ kind, id, request }: LeaseCall<Request>): (held: HeldLease<Request>) => void {
     return (held) => {
-      const refusal = kind.joinRefusal?.(held.request as Request, request, id);
+      const refusal = kind.joinRefusal?.(held.request, request, id);
       if (refusal !== undefined) throw refusal;
     };
   }
 
-  private entryOf({ kind, id }: HoldCall): { kind: string; id: string; scope: object } {
+  private entryOf({ kind, id }: LeaseCall): { kind: string; id: string; scope: object } {
     // Two applications (two modules) in one process never share a lease: the store is the scope.
     return { kind: kind.name, id, scope: this.store };
   }

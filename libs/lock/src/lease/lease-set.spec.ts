@@ -1,6 +1,5 @@
 import { describe, expect, it } from '@jest/globals';
-import { slotOf } from '../store/redis/key-layout.js';
-import { inTakingOrder, type TakeSteps, takeInOrder, takenTogether } from './lease-set.js';
+import { type TakeSteps, takeInOrder } from './lease-set.js';
 
 /** Steps that record what they were asked, take a run at once unless it holds a `busy` key, and fail on `failing`. */
 function recordedSteps(busy: string[] = [], failing?: string) {
@@ -22,23 +21,6 @@ function recordedSteps(busy: string[] = [], failing?: string) {
 }
 
 describe('taking several keys', () => {
-  it('orders keys by hash slot, then by key, whatever order they were named in', () => {
-    const keys = ['b', 'a', 'account:7', 'account:1', 'z'];
-    const ordered = inTakingOrder(keys);
-    expect(inTakingOrder([...keys].reverse())).toEqual(ordered);
-    for (let i = 1; i < ordered.length; i++) {
-      const [before, after] = [ordered[i - 1], ordered[i]];
-      expect(slotOf(before) < slotOf(after) || (slotOf(before) === slotOf(after) && before < after)).toBe(true);
-    }
-  });
-
-  it('cuts the ordered keys into runs that one step takes together', () => {
-    expect(takenTogether(['a', 'b', 'c'], () => true)).toEqual([['a', 'b', 'c']]);
-    expect(takenTogether(['a', 'b', 'c'], () => false)).toEqual([['a'], ['b'], ['c']]);
-    const sameInitial = (a: string, b: string) => a[0] === b[0];
-    expect(takenTogether(['a1', 'a2', 'b1', 'c1', 'c2'], sameInitial)).toEqual([['a1', 'a2'], ['b1'], ['c1', 'c2']]);
-  });
-
   it('takes a free run in one step, and a run with a busy key key by key, in order', async () => {
     const { steps, calls } = recordedSteps(['c1']);
     const taken = await takeInOrder([['a1', 'a2'], ['b1'], ['c1', 'c2']], 1_000, steps);

@@ -1,32 +1,16 @@
-import type { LockMode } from '../options/call-options.js';
 import type { HeldLease } from './held-lease.js';
 
 /**
- * One holder's share of a lease held by several holders of a call chain (see `HeldLease.shareWith`):
- * the same lease, seen as a `Lock` or a `Permit`, whose `unlock()` / `release()` / dispose end only
- * this holder's share. The lease is given back when the last holder's share ends.
+ * One holder's share of a lease held by several holders of a call chain: the same lease, whose
+ * `release()` / dispose end only this holder's share. The lease is given back when the last holder's
+ * share ends. Each kind's view names it for its users (a lock's share has `key`, `mode`, `unlock()`).
  */
-export class LeaseShare {
+export class LeaseShare<Request = unknown> {
   constructor(
-    private readonly lease: HeldLease,
-    private readonly leave: () => Promise<boolean>,
+    protected readonly lease: HeldLease<Request>,
+    /** Ends this holder's share (`true` while the lease was still ours). */
+    protected readonly leave: () => Promise<boolean>,
   ) {}
-
-  get key(): string {
-    return this.lease.id;
-  }
-
-  get keys(): readonly string[] {
-    return this.lease.keys;
-  }
-
-  get mode(): LockMode {
-    return this.lease.mode;
-  }
-
-  get name(): string {
-    return this.lease.id;
-  }
 
   get token(): string {
     return this.lease.token;
@@ -34,10 +18,6 @@ export class LeaseShare {
 
   get elapsed(): number {
     return this.lease.elapsed;
-  }
-
-  fence(key?: string): Promise<number> {
-    return this.lease.fence(key);
   }
 
   get signal(): AbortSignal {
@@ -48,15 +28,15 @@ export class LeaseShare {
     return this.lease.validity;
   }
 
+  fence(): Promise<number> {
+    return this.lease.fence();
+  }
+
   expire(ttl?: number): Promise<boolean> {
     return this.lease.expire(ttl);
   }
 
   /** Ends this holder's share: the lease is given back when the last holder's share ends. */
-  unlock(): Promise<boolean> {
-    return this.leave();
-  }
-
   release(): Promise<boolean> {
     return this.leave();
   }

@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { lockKind } from '../kinds/lock.kind.js';
 import { LockBackendError, type LockLostError } from '../lock.errors.js';
-import { DEFAULT_LEASE } from '../options/call-options.js';
+import { DEFAULT_LEASE, type LockMode } from '../options/call-options.js';
 import { MemoryStore } from '../store/memory/memory.store.js';
 import type { LeaseExtension } from '../store/store.js';
 import { LockTelemetry } from '../telemetry/telemetry.js';
@@ -19,14 +19,15 @@ class WatchedStore extends MemoryStore {
   /** LeaseExtension round trips to fail (as an unreachable Redis would) before the next succeeds. */
   failures = 0;
 
-  override async extendAll(renewals: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
+  /** The capability the watchdog uses when a store has it: every renewal of a tick in one round trip. */
+  async extendAll(renewals: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
     this.roundTrips.push([...renewals]);
     await this.gate;
     if (this.failures > 0) {
       this.failures--;
       throw new LockBackendError('Redis is unreachable: could not renew');
     }
-    return super.extendAll(renewals);
+    return Promise.all(renewals.map(({ kind, id, token, ttl }) => this.extend(kind, id, token, ttl)));
   }
 }
 
@@ -38,9 +39,9 @@ async function engineOn(store: WatchedStore, lost: LockLostError[] = []): Promis
 const RENEWED: KeepPolicy = { autoExtend: true, reportLoss: true, scoped: true };
 const BARE: KeepPolicy = { autoExtend: false, reportLoss: false, scoped: false };
 
-function take(engine: LeaseEngine, key: string, ttl: number, keep: KeepPolicy): Promise<HeldLease> {
+function take(engine: LeaseEngine, key: string, ttl: number, keep: KeepPolicy): Promise<HeldLease<LockMode>> {
   const policy = { ...DEFAULT_LEASE, ttl, fair: true };
-  return engine.acquireOrThrow({ kind: lockKind, id: key, request: undefined, policy, keep });
+  return engine.acquireOrThrow({ kind: lockKind, id: key, request: 'write', policy, keep, view: HeldLease<LockMode> });
 }
 
 describe('the watchdog’s decisions (memory store)', () => {

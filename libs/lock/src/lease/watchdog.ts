@@ -2,6 +2,7 @@ import type { LeaseKind } from '../kinds/lease-kind.js';
 import { errorMessage, LockBackendError, type LockLostError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../options/durations.js';
 import type { LockStore } from '../store/store.js';
+import { extendAll } from './store-capabilities.js';
 
 /** What the watchdog reads and calls of a held lease (`HeldLease`). */
 export interface WatchedLease {
@@ -183,7 +184,7 @@ export class Watchdog {
     const sent = leases.map((lease, i) => lease.extensionSent(extensions[i].ttl));
     let answers: (boolean | LockBackendError)[];
     try {
-      answers = await this.store.extendAll(extensions);
+      answers = await extendAll(this.store, extensions);
     } catch (error) {
       const failure = error instanceof LockBackendError ? error : new LockBackendError(errorMessage(error));
       answers = leases.map(() => failure);

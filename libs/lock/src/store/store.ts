@@ -5,20 +5,23 @@ import type { StoreKind } from './store-kind.js';
 export type TakenIfFree = 'taken' | 'held' | 'not taken';
 
 /**
- * Where leases live. `MemoryStore` (one process), `RedisStore` and `RedlockStore` implement it with
- * the same semantics, for every kind of lease (`StoreKind`); the lease core (`lease/`) holds the
- * wait loop, the local lines and the held leases, and never talks to Redis directly.
+ * Where leases live: the contract every store keeps, for every kind of lease (`StoreKind`). The memory
+ * store (one process), one Redis (a server, Sentinel, a Cluster) and Redlock implement it with the
+ * same semantics; `LockModule.forRoot({ store })` takes any other object that does. The lease core
+ * (`lease/`) keeps the wait loop, the local lines and the held leases, and never talks to a backend.
  *
- * Every method works on the user's own key or name (`id`); the key layout is the store's business.
- * Every failure to reach the backend rejects with `LockBackendError`.
+ * Seven members are required. The rest are capabilities the core asks for by their presence, each with
+ * a plain fallback: a store offers what its backend does well. Every method works on the user's own key
+ * or name (`id`): the layout is the store's business. Every failure to reach the backend rejects with
+ * `LockBackendError` (`BACKEND_UNAVAILABLE` when trying again may help, waits retry it). See
+ * docs/ARCHITECTURE.md, "Adding a store", and the contract suite every store runs.
  */
 export interface LockStore {
   /**
-   * One attempt to take the lease `id` of `kind` for `token` for `ttl` ms, asking `request`; granted,
-   * or told how long the holder's lease still runs. Idempotent for the same token: if `token` holds
-   * it already (an earlier attempt whose reply was lost, or a handover whose message was lost), it
-   * counts as taken and the lease restarts. With `fair`, waiters that `join` the line are served in
-   * order. No fence is drawn: `fence` draws one when its holder asks.
+   * One attempt to take the lease `id` of `kind` for `token` for `ttl` ms, asking `request`: granted, or
+   * told how long the holder's lease still runs. Idempotent for one token: a token that holds the lease
+   * already (an earlier attempt whose reply was lost, a handover whose message was lost) is granted
+   * again, its lease restarted. No fence is drawn (`fence` draws one when the holder asks).
    */
   acquire<Request>(
     kind: StoreKind<Request>,
@@ -30,13 +33,43 @@ export interface LockStore {
   ): Promise<Attempt>;
 
   /**
-   * Takes the lease `id` for `token` for `ttl` ms, asking `request`, in one step if nobody holds it — ahead of any
-   * waiter in the store's line, where waiters wait while it is free only after a holder died or a
-   * waiter handed the lease vanished. `'taken'`; `'held'`: an owner holds it (perhaps `token`: the
-   * command cannot tell), so an attempt by another token now would be refused too; `'not taken'`
-   * for any other reason (not kept: see `waitForReplicas`); `undefined`: the store takes no lease of
-   * this kind that way. The caller, who knows that nobody of this process waits for the lease,
-   * attempts as usual when it is not taken.
+   * Gives the lease back only if `token` holds it (to `options.successor`, or to the store's own next
+   * waiter, or freed with a wake-up for the others): `true` when it held it. A token that does not
+   * hold it leaves the store's line if it stood in it.
+   */
+  release(kind: StoreKind, id: string, token: string, options?: ReleaseOptions): Promise<boolean>;
+
+  /** Resets the lease of `token` to `ttl` ms only if `token` holds it. */
+  extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean>;
+
+  /**
+   * Draws the fence of the lease `token` holds on `id`: greater than every fence drawn for this lease
+   * before, by any owner. Drawn only while the lease is held, and an exclusive lease begins only after
+   * the previous one ended, so fences increase in the order the leases were held. 0 when `token` does
+   * not hold the lease (expired or taken): nothing is drawn.
+   */
+  fence(kind: StoreKind, id: string, token: string): Promise<number>;
+
+  /** The lease `id` as it stands now; read-only. */
+  inspect(kind: StoreKind, id: string): Promise<Inspection>;
+
+  /**
+   * Releases the lease `id` whoever holds it, as its holder's release would (to the next waiter, or
+   * freed with a wake-up). `false` when it was not held.
+   */
+  forceRelease(kind: StoreKind, id: string): Promise<boolean>;
+
+  /** Releases what the store opened (connections it created, timers); idempotent. */
+  close(): Promise<void>;
+
+  // ---- Capabilities, asked for by presence ----
+
+  /**
+   * The one-command take of a free lease (an uncontended caller's only round trip): takes the lease `id`
+   * for `token` for `ttl` ms if nobody holds it — ahead of any waiter in the store's line, where waiters
+   * wait while it is free only after a holder died. `'taken'`; `'held'`: an owner holds it (perhaps
+   * `token`: the command cannot tell); `'not taken'` for any other reason; `undefined`: no such command
+   * for this kind or request. Without it, the caller's first attempt is an `acquire`.
    */
   acquireIfFree?<Request>(
     kind: StoreKind<Request>,
@@ -47,11 +80,9 @@ export interface LockStore {
   ): Promise<TakenIfFree | undefined>;
 
   /**
-   * `acquireIfFree` for several leases of one kind, all or none, in one step: `ids` are leases that
-   * `takesTogether` says one step reaches. `true`: every one was free and is now `token`'s for `ttl`
-   * ms; `false`: one was held or had waiters in line, and nothing was taken; `undefined`: the store
-   * takes no such leases that way. The caller, who knows that nobody of this process waits for any of
-   * them, takes them one by one when they are not taken.
+   * Several free leases of one run of `keyOrder`, all or none, in one step: `true` when every one was
+   * free and is now `token`'s; `false` (nothing taken) when one was held or had waiters; `undefined` when
+   * the store takes no such leases that way. Without it, the keys are taken one by one.
    */
   acquireAllIfFree?<Request>(
     kind: StoreKind<Request>,
@@ -63,81 +94,61 @@ export interface LockStore {
     signal?: AbortSignal,
   ): Promise<boolean | undefined>;
 
-  /** Whether one step of `acquireAllIfFree` can take the leases `a` and `b` (on a Redis Cluster: one hash slot). */
-  takesTogether?(a: string, b: string): boolean;
+  /**
+   * The order in which every caller takes several leases, cut into runs that one step of
+   * `acquireAllIfFree` can take together (on a Redis Cluster: the keys of one hash slot). Every process
+   * of a deployment must get the same order for the same ids (no two callers each hold a key the other
+   * waits for). Without it: sorted, one key a run.
+   */
+  keyOrder?(ids: readonly string[]): string[][];
 
   /**
-   * Draws the fence of the lease `token` holds on `id`: greater than every fence drawn for this lease
-   * before, by any owner. A fence is only ever drawn while its lease is held, and a lease of an
-   * exclusive kind begins only after the previous one ended, so fences increase in the order the
-   * leases were held. 0 when `token` does not hold the lease (expired or taken): nothing is drawn.
+   * Opens the turn of the waiter `token` for the lease `id`: from now until `close()`, a release that
+   * wakes it, or hands the lease to it, is kept for it even while its attempt is on its way. Without
+   * it, a waiter looks again after its backoff step.
    */
-  fence(kind: StoreKind, id: string, token: string): Promise<number>;
-
-  /**
-   * Gives the lease back only if `token` holds it — to `successor` (see `Successor`), or to the first
-   * fair waiter in line, or freed with a wake-up for the others; `false` when `token` does not hold
-   * it (expired or taken), in which case `token` leaves the line if it waited in it.
-   */
-  release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean>;
-
-  /**
-   * `release` for a caller that may or may not hold the lease: after an attempt whose answer was lost
-   * (a timeout) or is not wanted (an abort, a lease that ran out on arrival), or to leave the line.
-   * Sent so that the store applies it after that attempt whatever happened meanwhile (on Redis by the
-   * script's text, which a server that lost its script cache still runs).
-   */
-  giveBack(kind: StoreKind, id: string, token: string): Promise<boolean>;
-
-  /** Resets the lease of `token` to `ttl` only if `token` holds it. */
-  extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean>;
-
-  /**
-   * Renews many leases in one round trip (the watchdog's tick): for each, `true` if renewed,
-   * `false` if no longer held by its token, or the `LockBackendError` that extension met.
-   */
-  extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]>;
-
-  /**
-   * Opens the turn of the waiter `token` for the lease `id` of `kind`: from now until `close()`, a
-   * release that hands the lease to `token` is kept for it, even when it comes while the waiter is
-   * busy with an attempt rather than waiting.
-   */
-  openTurn(kind: StoreKind, id: string, token: string): Turn;
-
-  /** How many hold the lease `id` right now (expired leases do not count); read-only. */
-  count(kind: StoreKind, id: string): Promise<number>;
-
-  /** The lease `id` as it stands now; read-only. */
-  inspect(kind: StoreKind, id: string): Promise<Inspection>;
-
-  /**
-   * Releases the lease `id` whoever holds it, as its holder's release would: to the first fair waiter
-   * in line, or freed with a wake-up for the others. `false` when it was not held.
-   */
-  forceRelease(kind: StoreKind, id: string): Promise<boolean>;
+  openTurn?(kind: StoreKind, id: string, token: string): Turn;
 
   /**
    * The store keeps the fair waiters' line itself, across processes (Redis): a waiter may stand in it
-   * without queuing in this process first. Where it does not (the memory store, Redlock), the
-   * waiters of this process queue here, in order of arrival.
+   * without queuing in its process first, and a release hands the lease to the first in line. Where it
+   * does not (the memory store, Redlock), the waiters of each process queue there, in order of arrival.
    */
   readonly keepsLine?: boolean;
 
+  /** How many hold the lease `id` right now; read-only. Without it: counted from `inspect`. */
+  count?(kind: StoreKind, id: string): Promise<number>;
+
   /**
-   * The margin a holder takes off a lease of `ttl` ms for clock drift, when the store has its own
-   * rule (Redlock's `driftFactor`); without it, `ttl × 0.01 + 2 ms`.
+   * Renews many leases in one round trip (the watchdog's tick): for each, `true` if renewed, `false` if
+   * no longer held by its token, or the `LockBackendError` that extension met. Without it: one `extend` each.
+   */
+  extendAll?(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]>;
+
+  /**
+   * The margin a holder takes off a lease of `ttl` ms for clock drift, when the store has its own rule
+   * (Redlock's `driftFactor`); without it, `ttl × 0.01 + 2 ms`.
    */
   clockDrift?(ttl: number): number;
 
   /**
    * Refuses with `InvalidArgumentError` a lease length this store cannot keep safely (Redlock: one
-   * longer than its quarantine), before anything is sent. A store without a limit has no such method.
+   * longer than its quarantine), before anything is sent.
    */
   checkTtl?(ttl: number): void;
+}
 
-  /** Releases what the store opened (connections it created, timers); idempotent. */
-  close(): Promise<void>;
+/** How a release goes (`LockStore.release`). */
+export interface ReleaseOptions {
+  /** A waiter of the releasing process that may take the lease over in the same step (see `Successor`). */
+  successor?: Successor;
+  /**
+   * The caller may not hold the lease: it undoes an attempt whose answer was lost (a timeout) or is not
+   * wanted (an abort, a lease that ran out on arrival), or leaves the line. Sent so that the store
+   * applies it after that attempt whatever happened meanwhile (on Redis by the script's text, which a
+   * server that lost its script cache still runs).
+   */
+  undo?: boolean;
 }
 
 /** A lease as `inspect` finds it. */

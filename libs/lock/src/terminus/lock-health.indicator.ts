@@ -1,8 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
-import { lockKind } from '../kinds/lock.kind.js';
 import { errorMessage, LockError } from '../lock.errors.js';
-import { LockStore } from '../store/store.js';
+import { LockService } from '../lock.service.js';
 
 /** The lock the probe reads (never takes): one read of an ordinary key is a round trip like any lock call's. */
 const PROBE_KEY = 'health-check';
@@ -15,7 +14,7 @@ const PROBE_KEY = 'health-check';
 export class LockHealthIndicator {
   constructor(
     @Inject(HealthIndicatorService) private readonly health: HealthIndicatorService,
-    @Inject(LockStore) private readonly store: LockStore,
+    @Inject(LockService) private readonly locks: LockService,
   ) {}
 
   /**
@@ -27,7 +26,7 @@ export class LockHealthIndicator {
     const indicator = this.health.check(key);
     const start = performance.now();
     try {
-      await this.store.count(lockKind, PROBE_KEY);
+      await this.locks.isLocked(PROBE_KEY);
     } catch (error) {
       const code = error instanceof LockError ? error.code : 'UNKNOWN';
       return indicator.down({ message: errorMessage(error), code });

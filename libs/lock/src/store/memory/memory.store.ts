@@ -1,6 +1,6 @@
 import { LockBackendError } from '../../lock.errors.js';
 import { LONGEST_DURATION } from '../../options/durations.js';
-import type { Attempt, AttemptOptions, Inspection, LockStore, LeaseExtension, TakenIfFree, Turn } from '../store.js';
+import type { Attempt, AttemptOptions, Inspection, LockStore, TakenIfFree, Turn } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
 /** One holder of a lease. */
@@ -94,8 +94,9 @@ export class MemoryStore implements LockStore {
     return true;
   }
 
-  takesTogether(): boolean {
-    return true;
+  /** Sorted, in one run: one step takes any leases of this one process. */
+  keyOrder(ids: readonly string[]): string[][] {
+    return [[...ids].sort()];
   }
 
   async fence(kind: StoreKind, id: string, token: string): Promise<number> {
@@ -103,10 +104,6 @@ export class MemoryStore implements LockStore {
     if (holder === undefined) return 0;
     holder.fence = this.nextFence();
     return holder.fence;
-  }
-
-  giveBack(kind: StoreKind, id: string, token: string): Promise<boolean> {
-    return this.release(kind, id, token);
   }
 
   async release(kind: StoreKind, id: string, token: string): Promise<boolean> {
@@ -125,14 +122,6 @@ export class MemoryStore implements LockStore {
     if (holder === undefined) return false;
     this.hold(kind, id, token, { ...holder, deadline: performance.now() + ttl });
     return true;
-  }
-
-  async extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
-    return Promise.all(
-      extensions.map(({ kind, id, token, ttl }) =>
-        this.extend(kind, id, token, ttl).catch((error: LockBackendError) => error),
-      ),
-    );
   }
 
   /** Releases here never hand a lease over; they wake every waiter, so a wait lasts up to its limit. */

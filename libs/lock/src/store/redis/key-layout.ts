@@ -55,3 +55,21 @@ function crc16(bytes: Buffer): number {
   }
   return crc;
 }
+
+/**
+ * The order several leases are taken in on Redis — by hash slot, then by key, the same on one server and
+ * on a Cluster — cut into runs that one step takes together: all of them on one server, the keys of
+ * one slot on a Cluster (the order keeps them side by side).
+ */
+export function slotOrder(ids: readonly string[], cluster: boolean): string[][] {
+  const slots = new Map(ids.map((id) => [id, slotOf(id)]));
+  const ordered = [...ids].sort((a, b) => slots.get(a)! - slots.get(b)! || (a < b ? -1 : a > b ? 1 : 0));
+  if (!cluster) return [ordered];
+  const runs: string[][] = [];
+  for (const id of ordered) {
+    const run = runs.at(-1);
+    if (run !== undefined && slots.get(run[0]) === slots.get(id)) run.push(id);
+    else runs.push([id]);
+  }
+  return runs;
+}

@@ -7,6 +7,7 @@ import type {
   Inspection,
   LockStore,
   LeaseExtension,
+  ReleaseOptions,
   Successor,
   TakenIfFree,
   Turn,
@@ -15,7 +16,7 @@ import type { StoreKind } from '../store-kind.js';
 import { backendErrorOf, misconfiguredError, unansweredError } from './backend-messages.js';
 import { CommandDeadlines } from './command-deadlines.js';
 import { type ConnectionState, connectionStateOf } from './connection-state.js';
-import { hashTagged, slotOf, toMillis } from './key-layout.js';
+import { hashTagged, slotOrder, toMillis } from './key-layout.js';
 import { type Integer, leaseRunsOutIn } from './replies.js';
 import type { CompiledScript, RedisScript } from './script.js';
 import { WakeUps } from './wake-ups.js';
@@ -140,13 +141,19 @@ export class RedisStore implements LockStore {
     return false;
   }
 
-  /** One step reaches any keys of one server, and on a Cluster the keys of one hash slot. */
-  takesTogether(a: string, b: string): boolean {
-    return !this.isCluster() || slotOf(a) === slotOf(b);
+  /**
+   * By hash slot, then by key (the same order on one server and on a Cluster, so that processes of both
+   * kinds of one deployment agree); one run on one server, whose one step reaches every key, and a run
+   * per slot on a Cluster.
+   */
+  keyOrder(ids: readonly string[]): string[][] {
+    return slotOrder(ids, this.isCluster());
   }
 
   /** A release; a lease it handed to `successor` is delivered to its turn here. */
-  async release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean> {
+  async release(kind: StoreKind, id: string, token: string, options?: ReleaseOptions): Promise<boolean> {
+    if (options?.undo) return this.undo(kind, id, token);
+    const successor = options?.successor;
     const args = this.releaseArgs(kind, id, token);
     if (successor !== undefined) {
       args.push(successor.token, successor.jump ? '1' : '0', toMillis(successor.ttl));
@@ -171,7 +178,7 @@ export class RedisStore implements LockStore {
    * FLUSH) runs it all the same — by SHA it would answer NOSCRIPT, too late to be sent again, and the
    * attempt (a plain SET NX needs no script) would keep the lease for its whole ttl.
    */
-  async giveBack(kind: StoreKind, id: string, token: string): Promise<boolean> {
+  private async undo(kind: StoreKind, id: string, token: string): Promise<boolean> {
     const script = kind.redis.release;
     const { source } = this.compiled(script);
     const keys = this.keysOf(kind, id, script.numberOfKeys);
@@ -280,16 +287,6 @@ export class RedisStore implements LockStore {
    */
   channelOf(kind: StoreKind, id: string): string {
     return `${this.mainKey(kind, id)}:wake`;
-  }
-
-  /** The channel this process listens on for the waiters of a lease. */
-  listeningChannelOf(kind: StoreKind, id: string): string {
-    return this.wakeUps.listeningChannel(this.channelOf(kind, id));
-  }
-
-  /** Subscribed wake-up channels right now (they are dropped shortly after their last waiter left). */
-  get subscribedChannels(): number {
-    return this.wakeUps.subscribedChannels;
   }
 
   /** The release script's arguments (`RedisLayout`) before a successor's. */

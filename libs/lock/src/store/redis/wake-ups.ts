@@ -129,11 +129,6 @@ export class WakeUps {
     });
   }
 
-  /** Number of channels subscribed right now (for soak checks). */
-  get subscribedChannels(): number {
-    return this.channels.size;
-  }
-
   close(): void {
     this.closed = true;
     for (const [, subscription] of this.channels) {

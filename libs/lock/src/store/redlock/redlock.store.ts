@@ -18,7 +18,7 @@ import {
   redlockReleaseScript,
   redlockSeedScript,
 } from './redlock.scripts.js';
-import type { Attempt, Inspection, LockStore, LeaseExtension, Successor, Turn, TurnWait } from '../store.js';
+import type { Attempt, Inspection, LockStore, ReleaseOptions } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
 export interface RedlockStoreOptions {
@@ -80,10 +80,6 @@ export class RedlockStore implements LockStore {
       client.on('ready', mark);
       if (client.status === 'ready') mark();
     });
-  }
-
-  get nodes(): number {
-    return this.clients.length;
   }
 
   /** Redlock's drift: `ttl × driftFactor + 2 ms`. */
@@ -202,12 +198,11 @@ export class RedlockStore implements LockStore {
     return {};
   }
 
-  /** As `release`: each node's script is sent again by its text after NOSCRIPT within the node's timeout. */
-  giveBack(kind: StoreKind, id: string, token: string): Promise<boolean> {
-    return this.release(kind, id, token);
-  }
-
-  async release(kind: StoreKind, id: string, token: string, successor?: Successor): Promise<boolean> {
+  /**
+   * Nothing is handed over across independent masters: a `successor` is told so. An undo goes as any
+   * release does: each node's script is sent again by its text after NOSCRIPT within the node's timeout.
+   */
+  async release(kind: StoreKind, id: string, token: string, options?: ReleaseOptions): Promise<boolean> {
     try {
       this.checkKind(kind);
       this.checkOpen(id);
@@ -220,8 +215,7 @@ export class RedlockStore implements LockStore {
       }
       return released >= this.options.quorum;
     } finally {
-      // Nothing is handed over across independent masters.
-      successor?.passed(0);
+      options?.successor?.passed(0);
     }
   }
 
@@ -265,32 +259,6 @@ export class RedlockStore implements LockStore {
       ),
     );
     return true;
-  }
-
-  async extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
-    return Promise.all(
-      extensions.map(({ kind, id, token, ttl }) =>
-        this.extend(kind, id, token, ttl).catch((error: unknown) =>
-          error instanceof LockBackendError ? error : backendErrorOf(error, kind.purposes.extend(id), id),
-        ),
-      ),
-    );
-  }
-
-  /** No wake-ups across independent masters: a turn waits the backoff step, and never promises a hand-over. */
-  openTurn(): Turn {
-    return {
-      wait: async (wait: TurnWait, signal?: AbortSignal) => {
-        await sleep(Math.max(0, wait.step), signal);
-        return null;
-      },
-      close: () => undefined,
-    };
-  }
-
-  /** 1 when one token holds the lease on a quorum of the nodes, else 0 (see `inspect`). */
-  async count(kind: StoreKind, id: string): Promise<number> {
-    return (await this.inspect(kind, id)).ttls.length;
   }
 
   /**
