@@ -1,12 +1,28 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
-import { validateLeaseTtl } from '../options/call-options.js';
+import { type AcquirePolicy, validateLeaseTtl } from '../options/call-options.js';
 import { driftMargin } from '../options/durations.js';
 import type { LockStore } from '../store/store.js';
 import type { HoldTimer } from '../telemetry/telemetry.js';
 import { type LocalLines, lineOf } from './local-line.js';
 import type { ReleaseRetries } from './release-retries.js';
 import type { Watchdog, WatchedLease } from './watchdog.js';
+
+/** One lease to take, its options checked and resolved by the public method that was called. */
+export interface LeaseCall<Request = unknown> {
+  readonly kind: LeaseKind<Request>;
+  /** The lock key or semaphore name. */
+  readonly id: string;
+  /** What the caller asks for beyond the lease (a semaphore's limit). */
+  readonly request: Request;
+  readonly policy: AcquirePolicy;
+}
+
+/** No lease within the timeout: how long it waited, and why the store refused when no holder was the reason. */
+export interface NotGranted {
+  waited: number;
+  refusal?: string;
+}
 
 /** What the wait loop hands over when a lease is won. */
 export interface LeaseGrant {

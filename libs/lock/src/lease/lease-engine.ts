@@ -1,7 +1,8 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import type { LockStore } from '../store/store.js';
 import type { LockTelemetry, SkipReason } from '../telemetry/telemetry.js';
-import { acquireAllIfFree, acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
+import { acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
+import { acquireAllIfFree } from './take-if-free.js';
 import { driftOf, HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
 import { type ChainLease, enterHold, heldByChain, type HoldTicket } from './lease-chain.js';
 import { LocalLines } from './local-line.js';

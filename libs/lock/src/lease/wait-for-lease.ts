@@ -63,75 +63,101 @@ export async function waitForLease(
   signal?: AbortSignal,
 ): Promise<WonLease | null> {
   signal?.throwIfAborted();
-  const start = performance.now();
-  const deadline = start + policy.timeout;
-  let step = policy.step;
-  // An attempt whose reply was lost (a timeout) may still be applied by the server later, a lease
-  // won after an abort is not wanted, and a waiter that gives up must leave the line: however the
-  // wait ends without the caller taking the lease, a release is sent after the attempts on the
-  // same connection, so that nothing stays held and nobody waits for a waiter that left.
-  let mayHoldUnwanted = false;
-  let won = false;
-
+  const loop = new WaitLoop(lease, policy, signal);
   try {
+    return await loop.run();
+  } finally {
+    loop.settle();
+  }
+}
+
+/** One run of the wait loop: its deadline, its backoff, and whether it may hold what it does not want. */
+class WaitLoop {
+  private readonly start = performance.now();
+  private readonly deadline: number;
+  private step: number;
+  /**
+   * An attempt whose reply was lost (a timeout) may still be applied by the server later, a lease won
+   * after an abort is not wanted, and a waiter that gives up must leave the line: however the wait
+   * ends without the caller taking the lease, a release is sent after the attempts on the same
+   * connection, so that nothing stays held and nobody waits for a waiter that left.
+   */
+  private mayHoldUnwanted = false;
+  private won = false;
+
+  constructor(
+    private readonly lease: LeaseAttempt,
+    private readonly policy: WaitPolicy,
+    private readonly signal?: AbortSignal,
+  ) {
+    this.deadline = this.start + policy.timeout;
+    this.step = policy.step;
+  }
+
+  async run(): Promise<WonLease | null> {
     for (let attempts = 1; ; attempts++) {
       // An abort that came while a pause ended without a lease: no attempt is sent for nobody.
-      signal?.throwIfAborted();
+      this.signal?.throwIfAborted();
       const sentAt = performance.now();
-      const join = deadline - sentAt > 0;
-      let answer: Attempt = { granted: false, retryIn: 0 };
-      let failure: LockBackendError | undefined;
-      try {
-        answer = await untilAborted(lease.attempt(join, attempts > 1), signal);
-      } catch (error) {
-        if (signal?.aborted && error === signal.reason) {
-          // Aborted with the attempt still in flight (a frozen server): its answer is not awaited, and
-          // the release sent after it on the same connection undoes whatever it may still take.
-          mayHoldUnwanted = true;
-          throw error;
-        }
-        if (!(error instanceof LockBackendError)) throw error;
-        // A lost reply may still be applied, and a script that failed half-way (a fence counter of the
-        // wrong type) may have taken the lease before it failed: either way a release follows.
-        mayHoldUnwanted = true;
-        if (!error.transient) throw error;
-        failure = error;
-      }
-      if (join) mayHoldUnwanted = true;
-
-      if (answer.granted) {
-        if (signal?.aborted) {
-          // The abort came while the winning attempt was in flight: nobody will use this lease.
-          mayHoldUnwanted = true;
-          throw signal.reason;
-        }
-        won = true;
-        return { elapsed: attempts === 1 ? 0 : performance.now() - start, sentAt };
-      }
-
-      const remaining = deadline - performance.now();
+      const join = this.deadline - sentAt > 0;
+      const { answer, failure } = await this.attempt(join, attempts > 1);
+      if (join) this.mayHoldUnwanted = true;
+      if (answer.granted) return this.win({ elapsed: attempts === 1 ? 0 : performance.now() - this.start, sentAt });
+      const remaining = this.deadline - performance.now();
       if (remaining <= 0) {
         if (failure) throw failure;
         return null;
       }
-      // The holder's lease runs out by itself after `retryIn`: look again then, even without a wake-up.
-      const untilExpiry = answer.retryIn > 0 ? answer.retryIn + 1 : Infinity;
-      const stepWait = Math.min(jittered(step), remaining, untilExpiry);
-      const limit = failure ? stepWait : Math.min(jittered(policy.maxStep), remaining, untilExpiry);
-      const handed = await lease.pause({ limit, step: Math.min(stepWait, limit) }, signal);
-      if (handed !== null) {
-        if (signal?.aborted) {
-          // Handed over as the caller gave up: nobody will use it.
-          mayHoldUnwanted = true;
-          throw signal.reason;
-        }
-        won = true;
-        return { elapsed: performance.now() - start, ...handed };
-      }
-      step = Math.min(step * policy.ratio, policy.maxStep);
+      const handed = await this.lease.pause(this.nextWait(answer, remaining, failure !== undefined), this.signal);
+      if (handed !== null) return this.win({ elapsed: performance.now() - this.start, ...handed });
+      this.step = Math.min(this.step * this.policy.ratio, this.policy.maxStep);
     }
-  } finally {
-    if (!won && mayHoldUnwanted) lease.release().catch(ignore);
+  }
+
+  /** The loop ended: without the lease, what an attempt may have taken is given back, and the line left. */
+  settle(): void {
+    if (!this.won && this.mayHoldUnwanted) this.lease.release().catch(ignore);
+  }
+
+  /**
+   * One attempt. A transient failure is the answer "not granted" with the failure beside it (retried
+   * like a busy lease until the deadline); any other error is thrown.
+   */
+  private async attempt(join: boolean, inLine: boolean): Promise<{ answer: Attempt; failure?: LockBackendError }> {
+    try {
+      return { answer: await untilAborted(this.lease.attempt(join, inLine), this.signal) };
+    } catch (error) {
+      // Aborted with the attempt still in flight (a frozen server): its answer is not awaited, and the
+      // release sent after it on the same connection undoes whatever it may still take. A lost reply may
+      // still be applied, and a script that failed half-way (a fence counter of the wrong type) may have
+      // taken the lease before it failed: either way a release follows.
+      const aborted = this.signal?.aborted && error === this.signal.reason;
+      if (aborted || error instanceof LockBackendError) this.mayHoldUnwanted = true;
+      if (aborted || !(error instanceof LockBackendError) || !error.transient) throw error;
+      return { answer: { granted: false, retryIn: 0 }, failure: error };
+    }
+  }
+
+  /** Takes the lease won, unless the caller gave up meanwhile: nobody would use it. */
+  private win(lease: WonLease): WonLease {
+    if (this.signal?.aborted) {
+      this.mayHoldUnwanted = true;
+      throw this.signal.reason;
+    }
+    this.won = true;
+    return lease;
+  }
+
+  /**
+   * How long to pause after a refusal: at most until the holder's lease runs out by itself
+   * (`retryIn`: look again then, even without a wake-up) and the deadline, and at most `maxStep` while
+   * a release is sure to wake the waiter — the backoff `step` while it may not be, or after a failure.
+   */
+  private nextWait(answer: Attempt, remaining: number, failed: boolean): TurnWait {
+    const untilExpiry = answer.retryIn > 0 ? answer.retryIn + 1 : Infinity;
+    const stepWait = Math.min(jittered(this.step), remaining, untilExpiry);
+    const limit = failed ? stepWait : Math.min(jittered(this.policy.maxStep), remaining, untilExpiry);
+    return { limit, step: Math.min(stepWait, limit) };
   }
 }
 
