@@ -1,5 +1,6 @@
 export {
   type AnyLockError,
+  type HttpAnswer,
   InvalidArgumentError,
   isLockError,
   LockBackendError,

@@ -23,9 +23,30 @@ export type LockErrorCode =
   | 'LOCK_LOST'
   | 'NOT_CONFIGURED';
 
+/**
+ * How an error answers the HTTP request it surfaced in (`LockInterceptor`): the status, whether the
+ * client is told to try again later (`Retry-After`), and the fields of the body besides `statusCode`,
+ * `error`, `code` and `message`.
+ */
+export interface HttpAnswer {
+  readonly status: 400 | 409 | 500 | 503;
+  readonly retryLater: boolean;
+  readonly fields: Readonly<Record<string, string | number>>;
+  /** What the body says instead of the error's message: a store's address and state are for the log. */
+  readonly message?: string;
+}
+
+/** The answer of an error that is the code's or the deployment's fault: a 500, logged. */
+const SERVER_FAULT: HttpAnswer = { status: 500, retryLater: false, fields: {} };
+
 /** Base class of every error nest-lock raises; `code` is stable, the message is for humans. */
 export abstract class LockError extends Error {
   abstract readonly code: LockErrorCode;
+
+  /** How it answers an HTTP request it surfaced in: a 500 unless the kind of error says otherwise. */
+  get httpAnswer(): HttpAnswer {
+    return SERVER_FAULT;
+  }
 
   constructor(message: string, options?: ErrorOptions) {
     super(message, options);
@@ -63,6 +84,11 @@ export class LockTimeoutError extends LockError {
     super(`Could not lock "${key}" ${withinTimeout(timeout)}: ${refusal ?? 'it is held by another owner'}`);
     this.waited = Math.round(waited);
   }
+
+  /** 409 Conflict: the lock is held by another owner. */
+  override get httpAnswer(): HttpAnswer {
+    return { status: 409, retryLater: false, fields: { key: this.key } };
+  }
 }
 
 /** No permit of semaphore `name` within `timeout`. */
@@ -86,6 +112,11 @@ export class SemaphoreTimeoutError extends LockError {
     );
     this.waited = Math.round(waited);
   }
+
+  /** 503 with `Retry-After`: every permit is held, one may come free. */
+  override get httpAnswer(): HttpAnswer {
+    return { status: 503, retryLater: true, fields: { semaphore: this.semaphore, limit: this.limit } };
+  }
 }
 
 /** A key, name or option that cannot be used; raised before the store is touched. */
@@ -100,6 +131,14 @@ export class InvalidArgumentError extends LockError {
     options?: ErrorOptions,
   ) {
     super(`Invalid ${argument}: ${message}`, options);
+  }
+
+  /**
+   * A 500 with its `argument`: bad options are the code's fault. (`LockInterceptor` answers 400 for a key
+   * a decorator made of the request's input: the client's fault.)
+   */
+  override get httpAnswer(): HttpAnswer {
+    return { status: 500, retryLater: false, fields: { argument: this.argument } };
   }
 }
 
@@ -130,6 +169,16 @@ export class LockBackendError extends LockError {
 
   get transient(): boolean {
     return this.retryable;
+  }
+
+  /**
+   * 503 with `Retry-After` while the store is away (its address and state are for the log, not the
+   * body); a store that refuses this client, or answers an error, is the deployment's fault: 500.
+   */
+  override get httpAnswer(): HttpAnswer {
+    const fields: Record<string, string> = this.key === undefined ? {} : { key: this.key };
+    if (this.code !== 'BACKEND_UNAVAILABLE') return { status: 500, retryLater: false, fields };
+    return { status: 503, retryLater: true, fields, message: 'The lock store is unavailable; try again later' };
   }
 }
 
@@ -173,6 +222,11 @@ export class LockLostError extends LockError {
     super(
       `${subject} ${reason === 'released' ? 'is not held' : 'was lost'}${fence ? ` (fence ${fence})` : ''}: ${WHY[reason]}`,
     );
+  }
+
+  /** 503 with `Retry-After`: the exclusive section could not be kept; trying again later may succeed. */
+  override get httpAnswer(): HttpAnswer {
+    return { status: 503, retryLater: true, fields: { key: this.key } };
   }
 }
 

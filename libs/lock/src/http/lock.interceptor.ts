@@ -1,31 +1,19 @@
 import {
-  BadRequestException,
   type CallHandler,
-  ConflictException,
   type ExecutionContext,
   HttpException,
-  HttpStatus,
   Inject,
   Injectable,
-  InternalServerErrorException,
   type NestInterceptor,
   Optional,
-  ServiceUnavailableException,
 } from '@nestjs/common';
 import { catchError, type Observable, throwError } from 'rxjs';
 import { isKeyTemplateFault } from '../decorators/key-template.js';
 import { createLockLogger, type LockLogger } from '../lock-logger.js';
 import { LOCK_OPTIONS } from '../lock.constants.js';
-import {
-  InvalidArgumentError,
-  LockBackendError,
-  LockError,
-  LockLostError,
-  LockTimeoutError,
-  SemaphoreTimeoutError,
-} from '../lock.errors.js';
+import { type HttpAnswer, InvalidArgumentError, LockError } from '../lock.errors.js';
 import type { ResolvedModuleOptions } from '../lock-module.options.js';
-import { decoratorSettingsOf } from './decorator-errors.js';
+import { type DecoratorHttpSettings, decoratorSettingsOf } from './decorator-errors.js';
 import { DEFAULT_RETRY_AFTER_SECONDS, type LockErrorBody } from './http-options.js';
 
 /** The module options the interceptor reads. */
@@ -40,12 +28,9 @@ export type LockHttpOptions = Partial<
  * its `httpErrors` option is `false`. Express and Fastify alike; other contexts (microservices,
  * websockets) and errors that are not nest-lock's pass through untouched.
  *
- * | error                                                              | answer                      |
- * | ------------------------------------------------------------------ | --------------------------- |
- * | `LockTimeoutError` (the lock is held)                              | 409 Conflict                |
- * | `SemaphoreTimeoutError`, `LockBackendError` `BACKEND_UNAVAILABLE`, `LockLostError` | 503 with `Retry-After` |
- * | `InvalidArgumentError` of a decorator's key, made of the request's input | 400 Bad Request       |
- * | any other (`BACKEND_MISCONFIGURED`, a template naming what its argument lacks, bad options) | 500, logged in one line |
+ * The answer is the error's own (`LockError.httpAnswer`: a held lock 409; no permit, the store away or
+ * a lease lost 503 with `Retry-After`; anything else 500, logged in one line), but for a key a decorator
+ * made of the request's input, which is the client's fault: 400.
  *
  * Each body is JSON naming the error's `code` (shaped by the module's `errorBody`, if set); the 503 of
  * an unreachable store and a 500 say no more than that (the store's address and the code's fault
@@ -67,43 +52,25 @@ export class LockInterceptor implements NestInterceptor {
   protected toHttp(error: unknown, context: ExecutionContext): unknown {
     if (!(error instanceof LockError)) return error;
     const settings = decoratorSettingsOf(error);
-    const retryAfter = settings?.retryAfter ?? this.options.retryAfter ?? DEFAULT_RETRY_AFTER_SECONDS;
-    const unavailable = (body: LockErrorBody) => {
+    const answer = fromRequest(error, settings) ? clientFault(error) : error.httpAnswer;
+    if (answer.retryLater) {
+      const retryAfter = settings?.retryAfter ?? this.options.retryAfter ?? DEFAULT_RETRY_AFTER_SECONDS;
       setHeader(context.switchToHttp().getResponse(), 'Retry-After', String(retryAfter));
-      return new ServiceUnavailableException(this.shape(body, error, context), { cause: error });
+    }
+    const body: LockErrorBody = {
+      statusCode: answer.status,
+      error: REASONS[answer.status],
+      code: error.code,
+      message: answer.message ?? error.message,
+      ...answer.fields,
     };
-    if (error instanceof LockTimeoutError) {
-      const body = { ...defaultBody(HttpStatus.CONFLICT, 'Conflict', error), key: error.key };
-      return new ConflictException(this.shape(body, error, context), { cause: error });
+    if (answer.status === 500) {
+      // The code's or the deployment's fault: the client learns no more than from any 500, the log says what.
+      const { method, url } = context.switchToHttp().getRequest<{ method?: string; url?: string }>() ?? {};
+      this.logger.error(`${method ?? ''} ${url ?? ''}: ${String(error)}`.trim());
+      body.message = 'Internal server error';
     }
-    if (error instanceof SemaphoreTimeoutError) {
-      const body = defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error);
-      return unavailable({ ...body, semaphore: error.semaphore, limit: error.limit });
-    }
-    if (error instanceof LockBackendError && error.code === 'BACKEND_UNAVAILABLE') {
-      // Its message names the server and why it is away: for the log (the module logs the outage), not
-      // for clients.
-      const body = defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error);
-      return unavailable({ ...body, message: STORE_AWAY, ...(error.key === undefined ? {} : { key: error.key }) });
-    }
-    if (error instanceof LockLostError) {
-      return unavailable({
-        ...defaultBody(HttpStatus.SERVICE_UNAVAILABLE, 'Service Unavailable', error),
-        key: error.key,
-      });
-    }
-    // A key a decorator made of the method's arguments, which came from the request: the client's input.
-    if (error instanceof InvalidArgumentError && settings !== undefined && !isKeyTemplateFault(error)) {
-      const body = { ...defaultBody(HttpStatus.BAD_REQUEST, 'Bad Request', error), argument: error.argument };
-      return new BadRequestException(this.shape(body, error, context), { cause: error });
-    }
-    // The code's or the deployment's fault: the client learns no more than from any 500, the log says what.
-    const { method, url } = context.switchToHttp().getRequest<{ method?: string; url?: string }>() ?? {};
-    this.logger.error(`${method ?? ''} ${url ?? ''}: ${String(error)}`.trim());
-    const body = defaultBody(HttpStatus.INTERNAL_SERVER_ERROR, 'Internal Server Error', error);
-    return new InternalServerErrorException(this.shape({ ...body, message: 'Internal server error' }, error, context), {
-      cause: error,
-    });
+    return new HttpException(this.shape(body, error, context), answer.status, { cause: error });
   }
 
   private shape(
@@ -127,11 +94,21 @@ export class LockInterceptor implements NestInterceptor {
   }
 }
 
-/** What a client is told of a store that cannot be reached. */
-const STORE_AWAY = 'The lock store is unavailable; try again later';
+/** The status line's reason of each answer. */
+const REASONS: Record<HttpAnswer['status'], string> = {
+  400: 'Bad Request',
+  409: 'Conflict',
+  500: 'Internal Server Error',
+  503: 'Service Unavailable',
+};
 
-function defaultBody(statusCode: number, reason: string, error: LockError): LockErrorBody {
-  return { statusCode, error: reason, code: error.code, message: error.message };
+/** A key a decorator made of the method's arguments, which came from the request: the client's input. */
+function fromRequest(error: LockError, settings: DecoratorHttpSettings | undefined): error is InvalidArgumentError {
+  return error instanceof InvalidArgumentError && settings !== undefined && !isKeyTemplateFault(error);
+}
+
+function clientFault(error: InvalidArgumentError): HttpAnswer {
+  return { status: 400, retryLater: false, fields: { argument: error.argument } };
 }
 
 /** Express responses have `setHeader`, Fastify replies `header`. */
