@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { deferred } from './support/deferred.js';
 import { LOCK_OPTIONS, LockStore, MemoryStore, RedisStore, type ResolvedModuleOptions } from './support/kinds.js';
-import { bootLockModule, STORE_KINDS, type StoreKind, uniqueKey } from './support/lock-app.js';
+import { bootLockModule, STORE_KINDS, type AppStore, uniqueKey } from './support/lock-app.js';
 import { lockKeyOf, pttlOnceGone } from './support/redis-keys.js';
 import { useRedisClient, useRedisServer } from './support/redis-server.js';
 import { abortReasonWithin, within } from './support/timing.js';
@@ -378,13 +378,15 @@ describe('app.close() while a withLock routine is in flight', () => {
     const app = await bootLockModule({ redis: server().url });
     const key = uniqueKey('nightly');
     let routineEndedAt = 0;
+    const inRoutine = deferred();
     // Default ttl: 30 s.
     const routine = app.locks.withLock(key, async () => {
+      inRoutine.resolve();
       await delay(300);
       routineEndedAt = performance.now();
       return 'done';
     });
-    await delay(50);
+    await inRoutine.promise;
     await app.module.close();
 
     expect(await routine).toBe('done');
@@ -423,13 +425,15 @@ describe('app.close() while a withLock routine is in flight', () => {
   it('gives the lock back even when its release meets an empty script cache (NOSCRIPT, then EVAL) as the app closes', async () => {
     const app = await bootLockModule({ redis: server().url });
     const key = uniqueKey('nightly-cold');
+    const flushed = deferred();
     const routine = app.locks.withLock(key, async () => {
       // A restart, a failover or SCRIPT FLUSH meanwhile: the release's first round trip answers NOSCRIPT.
       await redis().script('FLUSH');
+      flushed.resolve();
       await delay(100);
       return 'done';
     });
-    await delay(50);
+    await flushed.promise;
     await app.module.close();
 
     expect(await routine).toBe('done');
@@ -445,7 +449,7 @@ interface CloseWhileWaitingRun {
 }
 
 /** Runs `workers/close-while-waiting.mjs`; gives it 4 s after app.close() to settle the wait and exit by itself. */
-async function closeWhileWaiting(kind: StoreKind, redisUrl: string): Promise<CloseWhileWaitingRun> {
+async function closeWhileWaiting(kind: AppStore, redisUrl: string): Promise<CloseWhileWaitingRun> {
   const child = spawnWorker('close-while-waiting', [kind, redisUrl], { stdout: 'pipe' });
   const exited = once(child, 'exit');
   const lines: Record<string, unknown>[] = [];

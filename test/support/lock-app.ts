@@ -4,8 +4,9 @@ import { Test, type TestingModule } from '@nestjs/testing';
 import { LockModule, type LockModuleOptions, LockService, SemaphoreService } from 'nest-lock';
 import { RedisServer } from './redis-server.js';
 
-export type StoreKind = 'memory' | 'redis';
-export const STORE_KINDS: StoreKind[] = ['memory', 'redis'];
+/** Which store a test application runs on (not a kind of lease: see `StoreKind` in the library). */
+export type AppStore = 'memory' | 'redis';
+export const STORE_KINDS: AppStore[] = ['memory', 'redis'];
 
 export interface LockApp {
   readonly locks: LockService;
@@ -24,7 +25,7 @@ export async function bootLockModule(options: LockModuleOptions, providers: Prov
 
 /** Boots the module on the memory store, or on a fresh redis-server of its own. */
 export async function createLockApp(
-  kind: StoreKind,
+  kind: AppStore,
   options: LockModuleOptions = {},
   providers: Provider[] = [],
 ): Promise<LockApp> {
@@ -39,11 +40,7 @@ export async function closeLockApp(app: LockApp | undefined): Promise<void> {
 }
 
 /** One app for the whole `describe` block; read `app()` inside tests. */
-export function useLockApp(
-  kind: StoreKind,
-  options: LockModuleOptions = {},
-  providers: Provider[] = [],
-): () => LockApp {
+export function useLockApp(kind: AppStore, options: LockModuleOptions = {}, providers: Provider[] = []): () => LockApp {
   let app: LockApp | undefined;
   beforeAll(async () => {
     app = await createLockApp(kind, options, providers);
@@ -63,7 +60,7 @@ export function useLockApp(
  * standing for all of them — there lock() and tryLock() are never re-entrant, so another call is another
  * owner. Read `apps()` inside tests.
  */
-export function useLockApps(kind: StoreKind, count: number, options: LockModuleOptions = {}): () => LockApp[] {
+export function useLockApps(kind: AppStore, count: number, options: LockModuleOptions = {}): () => LockApp[] {
   const apps: LockApp[] = [];
   beforeAll(async () => {
     const first = await createLockApp(kind, options);

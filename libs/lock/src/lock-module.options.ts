@@ -107,11 +107,11 @@ export interface LockModuleOptions {
   logger?: LoggerService | false;
 }
 
-export const DEFAULT_KEY_PREFIX = 'lock:';
-export const DEFAULT_COMMAND_TIMEOUT = 1_000;
-export const DEFAULT_AUTO_EXTEND = true;
-export const DEFAULT_FAIR: Fairness = true;
-export const DEFAULT_FENCE_COUNTER_TTL = 3_600_000;
+const DEFAULT_KEY_PREFIX = 'lock:';
+const DEFAULT_COMMAND_TIMEOUT = 1_000;
+const DEFAULT_AUTO_EXTEND = true;
+const DEFAULT_FAIR: Fairness = true;
+const DEFAULT_FENCE_COUNTER_TTL = 3_600_000;
 /** Below it, a step back of the server clock that NTP makes routinely could reorder fences. */
 const SHORTEST_FENCE_COUNTER_TTL = 1_000;
 

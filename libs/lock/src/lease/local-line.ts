@@ -1,7 +1,7 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import type { Successor } from '../store/store.js';
 
-interface Turn {
+interface QueuedWaiter {
   /** Gives the turn to this waiter. */
   start(): void;
 }
@@ -35,7 +35,7 @@ interface StrictWaiter {
 
 interface Line {
   /** The waiters after the head, in order of arrival. */
-  waiting: Turn[];
+  waiting: QueuedWaiter[];
   head?: Head;
   /** `performance.now()` at which this process last took the lease from the store's line (or found it free). */
   tenureStart: number;
@@ -114,7 +114,7 @@ export class LocalLines {
         dropOut();
         reject(signal!.reason);
       };
-      const turn: Turn = {
+      const turn: QueuedWaiter = {
         start: () => {
           clearTimeout(timer);
           signal?.removeEventListener('abort', onAbort);

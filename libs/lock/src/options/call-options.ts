@@ -82,7 +82,7 @@ export function splitHoldOptions<O extends object>(options: O & HoldOptions): [O
 export type LockMode = 'write' | 'read';
 
 /** `mode`: `'write'` or `'read'`; `undefined` for the default. */
-export function validateLockMode(value: unknown): LockMode | undefined {
+function validateLockMode(value: unknown): LockMode | undefined {
   if (value !== undefined && value !== 'write' && value !== 'read') {
     throw new InvalidArgumentError('mode', `must be 'write' or 'read', got ${describe(value)}`);
   }
@@ -230,7 +230,7 @@ export function resolveLease(
  * The shortest lease (ms): below it, its clock-drift margin and one round trip leave the holder next
  * to nothing, and on a busy machine the grant comes back after its lease ran out (it is given back).
  */
-export const SHORTEST_TTL = 20;
+const SHORTEST_TTL = 20;
 
 /** What a lease must leave its holder beyond its drift margin (ms): binds only with a large `driftFactor`. */
 const SHORTEST_VALIDITY = 10;
@@ -279,7 +279,7 @@ export function validateKeys(argument: string, keys: unknown): string[] {
   return [...new Set(Array.from(keys as unknown[], (key, i) => validateKey(`${argument}[${i}]`, key)))];
 }
 
-export function validateSignal(signal: unknown): AbortSignal | undefined {
+function validateSignal(signal: unknown): AbortSignal | undefined {
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new InvalidArgumentError('signal', `must be an AbortSignal, got ${describe(signal)}`);
   }

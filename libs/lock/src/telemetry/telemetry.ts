@@ -23,8 +23,8 @@ const openTelemetry: Promise<OpenTelemetryApi | undefined> = import('@openteleme
 );
 
 /** The name of nest-lock's meter and tracer. */
-export const INSTRUMENTATION_NAME = 'nest-lock';
-export const ACQUIRE_SPAN_NAME = 'nest-lock.acquire';
+const INSTRUMENTATION_NAME = 'nest-lock';
+const ACQUIRE_SPAN_NAME = 'nest-lock.acquire';
 
 interface Instruments {
   api: OpenTelemetryApi;

@@ -15,7 +15,7 @@ import { createHash } from 'node:crypto';
  *
  * The digest is the first 32 hex digits (128 bits) of SHA-256.
  */
-export const LONGEST_KEY_BYTES = 200;
+const LONGEST_KEY_BYTES = 200;
 
 /** Characters of a long key kept readable after its digest. */
 const LONG_KEY_HEAD = 32;
