@@ -1,6 +1,11 @@
 import { describe, expect, it } from '@jest/globals';
 import { setTimeout as delay } from 'node:timers/promises';
-import { type ChainLease, enterHold, holdDuring, leaseOfChain } from './lease-chain.js';
+import { type ChainLease, enterHold, type HoldEntry, leaseOfChain, runHolding } from './lease-chain.js';
+
+/** Runs `fn` holding the lease on `entry`, joined or new (what withLock does), and leaves afterwards. */
+function holdDuring<T>(entry: HoldEntry, acquire: () => Promise<ChainLease>, fn: () => T | Promise<T>): Promise<T> {
+  return runHolding(enterHold(entry, acquire), fn);
+}
 
 /** A lease as the chain sees one: it records its releases and renewals from now on. */
 class RecordedLease implements ChainLease {

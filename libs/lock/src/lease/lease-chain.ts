@@ -107,19 +107,6 @@ export function enterHold<L extends ChainLease>(
   return acquire().then((lease) => new SharedHold(entry, lease).enter());
 }
 
-/**
- * Runs `fn` holding the lease on `entry` (joined or new) and leaves afterwards, whatever `fn` did.
- * The one implementation of "reuse the lease the chain holds, else acquire, run, release".
- */
-export function holdDuring<L extends ChainLease, H, T>(
-  entry: HoldEntry,
-  acquire: () => Promise<L>,
-  fn: (handle: H) => T | Promise<T>,
-  mayJoin?: (held: L) => void,
-): Promise<T> {
-  return runHolding(enterHold(entry, acquire, mayJoin), fn);
-}
-
 /** Runs `fn` as the holder of the ticket `entered` gives, and leaves afterwards, whatever `fn` did. */
 export async function runHolding<L extends ChainLease, H, T>(
   entered: Promise<HoldTicket<L>>,
