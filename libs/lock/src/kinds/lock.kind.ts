@@ -11,12 +11,10 @@ import {
   fenceLockScript,
   forceReleaseLockScript,
   inspectLockScript,
+  LOCK_KEYS,
+  lockRequestArgs,
   releaseLockScript,
 } from './lock.scripts.js';
-
-/** The acquire script's request argument for each mode. */
-const READ_ARGS: readonly string[] = ['r'];
-const WRITE_ARGS: readonly string[] = ['w'];
 
 /** Why a read lock is refused on Redlock. */
 const NO_READ_LOCKS_ON_REDLOCK =
@@ -53,9 +51,9 @@ export const lockKind: LeaseKind<LockMode> = {
   timeoutError: (key, _mode, waited, timeout, refusal) => new LockTimeoutError(key, waited, timeout, refusal),
   redis: {
     namespace: '',
-    companions: ['fence', 'line', 'alive', 'waiters', 'readers'],
+    companions: LOCK_KEYS.companions,
     acquire: acquireLockScript,
-    requestArgs: (mode) => (mode === 'read' ? READ_ARGS : WRITE_ARGS),
+    requestArgs: lockRequestArgs,
     takenBySetNx: (mode) => mode !== 'read',
     acquireAllIfFree: acquireFreeLocksScript,
     release: releaseLockScript,

@@ -1,23 +1,46 @@
+import type { LockMode } from '../options/call-options.js';
 import { FENCE_RULE, SERVER_TIME, waiterLine } from '../store/redis/lua.js';
+import {
+  ACQUIRE_ALL_IF_FREE_ARGV,
+  ACQUIRE_ARGV,
+  EXTEND_ARGV,
+  FENCE_ARGV,
+  FORCE_RELEASE_ARGV,
+  lineKeys,
+  RELEASE_ARGV,
+} from '../store/redis/redis-layout.js';
 import { type PublishCommand, script } from '../store/redis/script.js';
 
 /**
- * The scripts of a lock on one Redis, a read-write lock: one writer or any number of readers.
- * KEYS[1] is the lock itself, a string holding its writer's token — or `''` while readers hold it
- * (a token is never empty) — with the lease as its expiry: the writer's, or the last reader's;
- * KEYS[2] its fence counter, KEYS[3] the line, KEYS[4] alive, KEYS[5] what each waiter asked for (see
- * `waiterLine`; a waiter that asked to read is marked ` r` there), KEYS[6] the **readers**: a sorted
- * set of reader tokens by lease deadline (ms of the server's clock, so that clients with skewed
- * clocks agree on who has expired), which expires with its last reader. ARGV as `RedisLayout` lists
- * them; the lock's one request argument is its mode, `r` (read) or `w` (write).
+ * The scripts of a lock on one Redis, a read-write lock: one writer or any number of readers. Each
+ * reads its KEYS and ARGV by name, as `LOCK_KEYS` and its operation's builder (`redis-layout.ts`) write
+ * them. `lease` is the lock itself, a string holding its writer's token — or `''` while readers hold it
+ * (a token is never empty) — with the lease as its expiry: the writer's, or the last reader's.
  *
  * The line is served by phase: its head readers are admitted together, up to the first writer,
  * which gets the lock once it is free and holds back every reader that arrived after it.
  */
-function readWriteLine(publish: PublishCommand): string {
-  return `${waiterLine(publish)}
-local readers = KEYS[6]
 
+/**
+ * A lock's keys: the line's (`lineKeys`; a waiter that asked to read is marked ` r` in `waiters`), and
+ * `readers`: a sorted set of reader tokens by lease deadline (ms of the server's clock, so that clients
+ * with skewed clocks agree on who has expired), which expires with its last reader.
+ */
+export const LOCK_KEYS = lineKeys({ readers: 'readers' });
+
+const READ_ARGS: readonly string[] = ['r'];
+const WRITE_ARGS: readonly string[] = ['w'];
+
+/**
+ * A lock's request (`RedisLayout.requestArgs`): its mode, `r` (read) or `w` (write). The Lua reads it as
+ * `request == 'r'` (an attempt's) and `successorRequest == 'r'` (a release's successor's).
+ */
+export function lockRequestArgs(mode: LockMode): readonly string[] {
+  return mode === 'read' ? READ_ARGS : WRITE_ARGS;
+}
+
+/** The readers of a lock (needs the keys of `LOCK_KEYS`). */
+const READERS = `
 -- Whether the waiter asked to read, as it joined the line.
 local function readsOf(waiter)
   return string.find(redis.call('HGET', waiters, waiter) or '', ' r$') ~= nil
@@ -44,7 +67,10 @@ local function liveReaders(nowMs)
   redis.call('ZREMRANGEBYSCORE', readers, '-inf', nowMs)
   return redis.call('ZCARD', readers)
 end
+`;
 
+/** Serving a lock's line by phase (needs `waiterLine` and `READERS`). */
+const SERVING_BY_PHASE = `
 -- With the lock free or held by readers: admits the readers at the head of the line together (each
 -- for a handover lease it extends once told), up to the first writer, which gets the lock if it is
 -- free; a writer that must wait for readers holds back everybody behind it. Stops at \`stopAt\` (the
@@ -76,12 +102,16 @@ local function passOn(handoverMs, channel)
   if not redis.call('GET', lease) then wake(channel) end
 end
 `;
+
+/** A lock's line of waiters: the shared line, its readers, and its serving by phase. */
+function readWriteLine(publish: PublishCommand): string {
+  return `${waiterLine(publish)}${READERS}${SERVING_BY_PHASE}`;
 }
 
 /**
  * One attempt to take the lock, to write or to read; with the line of waiters (fair) or without.
- * Returns 1 when the token holds the lock now; else {ms the holder's lease still runs, the last fence
- * issued}. No fence is drawn: `fenceLockScript` draws one when the holder asks.
+ * KEYS `LOCK_KEYS`, ARGV `acquireArgv` (its `request` the mode); the reply is `acquireArgv`'s. No fence
+ * is drawn: `fenceLockScript` draws one when the holder asks.
  * - A writer's fast path is one SET NX PX (unless fair waiters are in line: they come first).
  * - "Held by this token already" counts as granted: a retry after a lost reply, or a waiter that
  *   missed the message telling it the lock was handed to it.
@@ -94,11 +124,8 @@ end
 export const acquireLockScript = script(
   'acquireLock',
   6,
-  (publish) => `${readWriteLine(publish)}
-local token, ttl, fair = ARGV[1], ARGV[2], ARGV[3] == '1'
-local waitMs, inLine = tonumber(ARGV[4]), ARGV[5] == '1'
-local reads = ARGV[10] == 'r'
-counterTtl = ARGV[8]
+  (publish) => `${LOCK_KEYS.lua}${ACQUIRE_ARGV}${readWriteLine(publish)}
+local reads = request == 'r'
 if not reads and (not fair or redis.call('EXISTS', line) == 0) then
   if redis.call('SET', lease, token, 'NX', 'PX', ttl) then
     if inLine then leaveLine(token) end
@@ -124,7 +151,7 @@ if reads and holder == '' and redis.call('ZSCORE', readers, token) then
   return 1
 end
 if not holder or holder == '' then
-  serveLine(nowMs, tonumber(ARGV[6]), ARGV[7], token)
+  serveLine(nowMs, handoverMs, channel, token)
   holder = redis.call('GET', lease)
 end
 local first = redis.call('ZRANGE', line, 0, 0)[1]
@@ -133,7 +160,7 @@ if not first or first == token then
     addReader(token, nowMs, ttl)
     leaveLine(token)
     -- The readers right behind it come in with it.
-    serveLine(nowMs, tonumber(ARGV[6]), ARGV[7])
+    serveLine(nowMs, handoverMs, channel)
     return 1
   end
   if not reads and not holder then
@@ -145,54 +172,53 @@ end
 -- A writer refused by readers stands in the line whatever its fairness: the readers that come after it
 -- wait behind it, so that a stream of readers never starves a writer (an unordered one included).
 local inOrder = fair or (not reads and holder == '')
-if waitMs > 0 then join(token, inOrder, nowMs, nowMicros, waitMs, ttl, reads and (ARGV[9] .. ' r') or ARGV[9]) end
+if liveness > 0 then join(token, inOrder, nowMs, nowMicros, liveness, ttl, reads and (process .. ' r') or process) end
 return {redis.call('PTTL', lease), lastFence()}
 `,
 );
 
 /**
  * Draws the fence of the lock the token holds, to write or to read (the fence rule, `FENCE_RULE`):
- * only while it holds it, so that fences increase in the order the lock was held. KEYS[1] the lock,
- * KEYS[2] its fence counter, KEYS[6] its readers; ARGV[1] owner token, ARGV[2] fence counter ttl ms.
- * Returns the fence, or 0 when the token does not hold the lock (nothing is drawn).
+ * only while it holds it, so that fences increase in the order the lock was held. KEYS `LOCK_KEYS`
+ * (`lease`, `counter`, `readers`), ARGV `fenceArgv`; the reply is `fenceArgv`'s.
  */
 export const fenceLockScript = script(
   'fenceLock',
   6,
-  `${SERVER_TIME}${FENCE_RULE}
-local holder = redis.call('GET', KEYS[1])
-if holder ~= ARGV[1] then
-  local deadline = holder == '' and redis.call('ZSCORE', KEYS[6], ARGV[1])
+  `${LOCK_KEYS.lua}${FENCE_ARGV}${SERVER_TIME}${FENCE_RULE}
+local holder = redis.call('GET', lease)
+if holder ~= token then
+  local deadline = holder == '' and redis.call('ZSCORE', readers, token)
   if not deadline or tonumber(deadline) <= serverTime() then return 0 end
 end
-return drawFence(KEYS[2], ARGV[2])
+return drawFence(counter, fenceCounterTtl)
 `,
 );
 
 /**
- * Releases the lock if the token holds it, to write or to read. A reader leaves the readers; the
+ * Releases the lock if the token holds it, to write or to read. KEYS `LOCK_KEYS`, ARGV `releaseArgv`
+ * (the successor's `request` its mode); the reply is `releaseArgv`'s. A reader leaves the readers; the
  * lock is free only once the last of them left. A free lock goes to a successor the caller names (a
- * waiter of the same process, whose turn is open: see `Successor`; ARGV[8] its mode) — if it may go
- * ahead of the line (a writer only), or is first in it, or nobody is in line — without a message and without a fence
- * (the caller tells it; its holder draws a fence when it asks: {released, -1, ms of its lease}); else to the line
- * (see `serveLine`), or it is freed and one unordered waiter is woken. Returns 1 when the token held
- * it (0 for a reader whose lease had run out: it is dropped all the same). A token that does not hold
- * the lock leaves the line (a waiter giving up); if the lock is free then, the line is served or one
- * unordered waiter woken, as after a release (it may have been the waiter a release just woke).
+ * waiter of the same process, whose turn is open: see `Successor`) — if it may go ahead of the line (a
+ * writer only), or is first in it, or nobody is in line — without a message and without a fence (the
+ * caller tells it; its holder draws a fence when it asks); else to the line (see `serveLine`), or it is
+ * freed and one unordered waiter is woken. A reader whose lease had run out is dropped all the same,
+ * with 0. A token that does not hold the lock leaves the line (a waiter giving up); if the lock is free
+ * then, the line is served or one unordered waiter woken, as after a release (it may have been the
+ * waiter a release just woke).
  */
 export const releaseLockScript = script(
   'releaseLock',
   6,
-  (publish) => `
+  (publish) => `${LOCK_KEYS.lua}${RELEASE_ARGV}
 -- The common case first, before the shared functions below are made (each call makes them anew):
 -- the token holds the lock to write, no successor is named and nobody waits. Compare and delete.
-if not ARGV[5] and redis.call('GET', KEYS[1]) == ARGV[1] and redis.call('EXISTS', KEYS[4]) == 0 then
-  redis.call('DEL', KEYS[1])
+if not successor and redis.call('GET', lease) == token and redis.call('EXISTS', alive) == 0 then
+  redis.call('DEL', lease)
   return 1
 end
 ${readWriteLine(publish)}
-local token, successor = ARGV[1], ARGV[5]
-counterTtl = ARGV[4]
+local successorReads = successorRequest == 'r'
 local holder = redis.call('GET', lease)
 local nowMs = serverTime()
 local released = 1
@@ -208,18 +234,18 @@ elseif holder ~= token then
   leaveLine(token)
   -- A waiter that gives up while the lock is free may have been the one a release woke (fair: false)
   -- as it gave up: the wake goes on to another waiter, or the lock would stay free while they sleep.
-  if not holder and redis.call('EXISTS', alive) == 1 then passOn(ARGV[2], ARGV[3]) end
+  if not holder and redis.call('EXISTS', alive) == 1 then passOn(handoverMs, channel) end
   return 0
 end
 redis.call('DEL', lease)
 -- A reader never goes ahead of the line (the cohort's jump): a writer waiting there holds it back.
-if successor and successorFirst(successor, ARGV[6] == '1' and ARGV[8] ~= 'r') then
-  local ms = handoverFor(successor, ARGV[2], ARGV[7])
-  if ARGV[8] == 'r' then
+if successor and successorFirst(successor, jump and not successorReads) then
+  local ms = handoverFor(successor, handoverMs, successorTtl)
+  if successorReads then
     addReader(successor, nowMs, ms)
     leaveLine(successor)
     -- The readers of other processes right behind it in line come in with it.
-    serveLine(nowMs, tonumber(ARGV[2]), ARGV[3])
+    serveLine(nowMs, handoverMs, channel)
   else
     redis.call('SET', lease, successor, 'PX', ms)
     leaveLine(successor)
@@ -227,7 +253,7 @@ if successor and successorFirst(successor, ARGV[6] == '1' and ARGV[8] ~= 'r') th
   -- Passed without a fence (PASSED_WITHOUT_FENCE), for \`ms\`: the caller tells its successor.
   return {released, -1, ms}
 end
-if redis.call('EXISTS', alive) == 1 then passOn(ARGV[2], ARGV[3]) end
+if redis.call('EXISTS', alive) == 1 then passOn(handoverMs, channel) end
 return released
 `,
 );
@@ -235,99 +261,103 @@ return released
 /**
  * Resets the lease of the token's hold: compare-and-pexpire for its writer; for a reader whose lease
  * still runs, its own deadline (a reader another process lost is never revived), and the lock's
- * expiry follows the last reader's. KEYS[1] the lock, KEYS[6] its readers; ARGV[1] owner token,
- * ARGV[2] ttl ms. Returns 1 if extended, else 0.
+ * expiry follows the last reader's. KEYS `LOCK_KEYS` (`lease`, `readers`), ARGV `extendArgv`; the
+ * reply is `extendArgv`'s.
  */
 export const extendLockScript = script(
   'extendLock',
   6,
-  `${SERVER_TIME}
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then
-  return redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  `${LOCK_KEYS.lua}${EXTEND_ARGV}${SERVER_TIME}
+local holder = redis.call('GET', lease)
+if holder == token then
+  return redis.call('PEXPIRE', lease, ttl)
 end
 if holder ~= '' then return 0 end
 local nowMs = serverTime()
-local deadline = redis.call('ZSCORE', KEYS[6], ARGV[1])
+local deadline = redis.call('ZSCORE', readers, token)
 if not deadline or tonumber(deadline) <= nowMs then return 0 end
-redis.call('ZADD', KEYS[6], 'XX', nowMs + tonumber(ARGV[2]), ARGV[1])
-local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')[2]
-redis.call('PEXPIREAT', KEYS[6], last)
-redis.call('PEXPIREAT', KEYS[1], last)
+redis.call('ZADD', readers, 'XX', nowMs + tonumber(ttl), token)
+local last = redis.call('ZRANGE', readers, -1, -1, 'WITHSCORES')[2]
+redis.call('PEXPIREAT', readers, last)
+redis.call('PEXPIREAT', lease, last)
 return 1
 `,
 );
 
 /**
  * Several free locks of one hash slot taken to write in one step, all or none (a lock on several
- * keys: `LockStore.acquireAllIfFree`). KEYS: for each lock its first three keys, the lock, its fence
- * counter (unused) and its line, so that KEYS[3i+1] is a lock and KEYS[3i+3] its line. ARGV[1] the
- * owner token, ARGV[2] ttl ms. Returns 1 when every lock was free with nobody in its line and is now
- * the token's (no fence is drawn, as with SET NX); 0, with nothing taken, when one was held or had
+ * keys: `LockStore.acquireAllIfFree`). KEYS: for each lock its first three keys (`leaseKeysOf`), the
+ * lock, its fence counter (unused) and its line, so that KEYS[i] is a lock and KEYS[i + 2] its line;
+ * ARGV `acquireAllIfFreeArgv`, and its reply: 1 when every lock was free with nobody in its line and is
+ * now the token's (no fence is drawn, as with SET NX); 0, with nothing taken, when one was held or had
  * waiters. Why one script: the caller must never hold some of the keys of a slot it took at once.
  */
 export const acquireFreeLocksScript = script(
   'acquireFreeLocks',
   3, // per lock
-  `
+  `${ACQUIRE_ALL_IF_FREE_ARGV}
 for i = 1, #KEYS, 3 do
   if redis.call('EXISTS', KEYS[i], KEYS[i + 2]) > 0 then return 0 end
 end
 for i = 1, #KEYS, 3 do
-  redis.call('SET', KEYS[i], ARGV[1], 'PX', ARGV[2])
+  redis.call('SET', KEYS[i], token, 'PX', ttl)
 end
 return 1
 `,
 );
 
-/** How many hold the lock: 1 for a writer, the number of readers whose lease still runs, or 0. */
+/**
+ * How many hold the lock: 1 for a writer, the number of readers whose lease still runs, or 0. KEYS
+ * `LOCK_KEYS` (`lease`, `readers`); no ARGV.
+ */
 export const countLockScript = script(
   'countLock',
   6,
-  `${SERVER_TIME}
-local holder = redis.call('GET', KEYS[1])
+  `${LOCK_KEYS.lua}${SERVER_TIME}
+local holder = redis.call('GET', lease)
 if not holder then return 0 end
 if holder ~= '' then return 1 end
-return redis.call('ZCOUNT', KEYS[6], '(' .. serverTime(), '+inf')
+return redis.call('ZCOUNT', readers, '(' .. serverTime(), '+inf')
 `,
 );
 
 /**
- * Reads a lock without touching it. Returns {PTTL of the lock (-2: not held), the last fence issued
- * as a string ('' if none), the number of readers whose lease still runs (0: held to write, or
- * free)}: the fence as a string, because it is near 2^51 and Lua would hand a number back in exponent
- * notation. One script rather than several commands, so that the values are of the same instant.
+ * Reads a lock without touching it. KEYS `LOCK_KEYS` (`lease`, `counter`, `readers`); no ARGV. Returns
+ * {PTTL of the lock (-2: not held), the last fence issued as a string ('' if none), the number of
+ * readers whose lease still runs (0: held to write, or free)}: the fence as a string, because it is
+ * near 2^51 and Lua would hand a number back in exponent notation. One script rather than several
+ * commands, so that the values are of the same instant.
  */
 export const inspectLockScript = script(
   'inspectLock',
   6,
-  `${SERVER_TIME}
-local pttl = redis.call('PTTL', KEYS[1])
+  `${LOCK_KEYS.lua}${SERVER_TIME}
+local pttl = redis.call('PTTL', lease)
 local readerCount = 0
-if redis.call('GET', KEYS[1]) == '' then
-  readerCount = redis.call('ZCOUNT', KEYS[6], '(' .. serverTime(), '+inf')
+if redis.call('GET', lease) == '' then
+  readerCount = redis.call('ZCOUNT', readers, '(' .. serverTime(), '+inf')
   -- The last reader's lease ends this very ms: free.
   if readerCount == 0 then pttl = -2 end
 end
-return {pttl, redis.call('GET', KEYS[2]) or '', readerCount}
+return {pttl, redis.call('GET', counter) or '', readerCount}
 `,
 );
 
 /**
  * An operator's release of a lock, whoever holds it, writer or readers: the lock is freed and goes to
  * the line as after its holder's release (`passOn`), without knowing any token. The holders find it
- * gone at their next renewal (a lost lease).
+ * gone at their next renewal (a lost lease). KEYS `LOCK_KEYS`, ARGV `forceReleaseArgv`; the reply is
+ * `forceReleaseArgv`'s.
  */
 export const forceReleaseLockScript = script(
   'forceReleaseLock',
   6,
-  (publish) => `${readWriteLine(publish)}
-counterTtl = ARGV[3]
+  (publish) => `${LOCK_KEYS.lua}${FORCE_RELEASE_ARGV}${readWriteLine(publish)}
 if not redis.call('GET', lease) then
   return 0
 end
 redis.call('DEL', lease, readers)
-passOn(ARGV[1], ARGV[2])
+passOn(handoverMs, channel)
 return 1
 `,
 );

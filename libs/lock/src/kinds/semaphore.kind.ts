@@ -7,6 +7,8 @@ import {
   fencePermitScript,
   listPermitsScript,
   releasePermitScript,
+  SEMAPHORE_KEYS,
+  semaphoreRequestArgs,
 } from './semaphore.scripts.js';
 
 /** Why semaphores are refused on Redlock. */
@@ -39,9 +41,9 @@ export const semaphoreKind: LeaseKind<number> = {
     new SemaphoreTimeoutError(name, limit, waited, timeout, refusal),
   redis: {
     namespace: 'sem:',
-    companions: ['fence', 'line', 'alive', 'waiters', 'limits'],
+    companions: SEMAPHORE_KEYS.companions,
     acquire: acquirePermitScript,
-    requestArgs: (limit) => [limit],
+    requestArgs: semaphoreRequestArgs,
     takenBySetNx: () => false,
     release: releasePermitScript,
     extend: extendPermitScript,

@@ -2,7 +2,8 @@ import type { PublishCommand } from './script.js';
 
 /**
  * Lua shared by the scripts of every kind of lease, on one Redis and on every Redlock master: the
- * server's clock, the fence rule, and the line of waiters. Each is a snippet a script includes.
+ * server's clock, the fence rule, and the line of waiters. Each is a named part a script includes,
+ * after its KEYS and ARGV headers (the parts read the locals they bind: `redis-layout.ts`).
  */
 
 /** The server's clock (TIME): clients with skewed clocks agree on it. Returns ms and µs. */
@@ -35,46 +36,18 @@ end
 `;
 
 /**
- * The line of waiters, on one Redis (needs `SERVER_TIME` and `FENCE_RULE`). Every lease has, in its
- * hash slot: KEYS[1] the lease itself (the kind's own layout), KEYS[2] its fence counter, KEYS[3]
- * the **line**: fair waiters in order of arrival (token → server clock in µs), KEYS[4] the
- * **alive** set: every waiter, fair or not (token → deadline in ms), which a waiter pushes back with
- * each attempt, and KEYS[5] **waiters**: what each waiter asked for (a hash by token): `<ttl> <process>`,
- * its ttl, which bounds a lease handed to it, and the wake-up channel of its process (a kind may add
- * a word of its own after them: a lock marks its readers). A waiter that stops attempting (it died,
- * or gave up without being able to say so) drops out once its deadline passes, so it never blocks
- * the line. A kind may keep what else each waiter asked for in a hash by token of its own, `asked`
- * (a semaphore keeps its waiters' limits in its KEYS[6]), which leaves and drops out with the waiter.
- *
- * Releases publish to the waiter's own process only, on `<wake-up channel>:<process>` (the lease's
- * channel, `…:wake`, with the suffix its process subscribes to): `<token> <fence> <lease ms>` tells one
- * waiter the lease was handed to it and for how long it was written — by a releaser whose settings
- * may differ from the waiter's, so the message says it —, `<token> 0 0` wakes one unordered waiter to
- * try for it. The other waiting processes hear nothing.
- *
- * `counterTtl` is set by each script from its arguments before it draws a fence.
+ * Who stands in the line of a lease, on one Redis (needs `SERVER_TIME` and the keys of `lineKeys`):
+ * `line`, the fair waiters in order of arrival (token → server clock in µs); `alive`, every waiter,
+ * fair or not (token → deadline in ms), which a waiter pushes back with each attempt; `waiters`, what
+ * each waiter asked for (token → `<ttl> <process>`: its ttl, which bounds a lease handed to it, and the
+ * wake-up channel suffix of its process; a kind may add a word of its own: a lock marks its readers).
+ * A waiter that stops attempting (it died, or gave up without being able to say so) drops out once its
+ * deadline passes, so it never blocks the line. A kind may keep what else each waiter asked for in a
+ * hash by token of its own, `asked` (a semaphore's limits), which leaves and drops out with the waiter.
  */
-export function waiterLine(publish: PublishCommand): string {
-  return `${SERVER_TIME}${FENCE_RULE}
-local lease, counter, line, alive, waiters = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
--- Set by a kind that keeps what else each waiter asked for (a hash by token), after this snippet.
+const LINE_MEMBERSHIP = `
+-- Set by a kind that keeps what else each waiter asked for (a hash by token), after the line's parts.
 local asked
-local counterTtl
-
-local function nextFence()
-  return drawFence(counter, counterTtl)
-end
-
--- A bound of every fence this key issued so far: a waiter told to wait compares it with the fence of
--- a handover message, which is above it only if the handover came after this attempt. The counter, or
--- the server clock in µs when that is ahead: a counter expires only once the clock is past its last
--- fence (FENCE_RULE), and a fence drawn later is at least the clock then. Without the clock, an expired
--- counter would read 0, and a message of any earlier handover would pass for a fresh one.
-local function lastFence()
-  local _, micros = serverTime()
-  local counted = tonumber(redis.call('GET', counter)) or 0
-  return string.format('%.0f', math.max(counted, micros))
-end
 
 local function leaveLine(token)
   redis.call('ZREM', line, token)
@@ -100,8 +73,8 @@ local function outlive(set, ms)
   if redis.call('PTTL', set) < ms then redis.call('PEXPIRE', set, ms) end
 end
 
--- A fair waiter's place in line; every waiter's liveness, and its ttl and process (see the top), then
--- what else the kind records of it (\`process\` may go on: '<process> <more>').
+-- A fair waiter's place in line; every waiter's liveness, and its ttl and process, then what else the
+-- kind records of it (\`process\` may go on: '<process> <more>').
 local function join(token, fair, nowMs, nowMicros, liveMs, ttl, process)
   if fair then
     redis.call('ZADD', line, 'NX', nowMicros, token)
@@ -112,7 +85,38 @@ local function join(token, fair, nowMs, nowMicros, liveMs, ttl, process)
   redis.call('HSET', waiters, token, ttl .. ' ' .. process)
   outlive(waiters, liveMs * 2)
 end
+`;
 
+/**
+ * The fences a line hands out and tells of (needs `FENCE_RULE`, `counter`, and `fenceCounterTtl` from
+ * the script's ARGV header: every script that hands leases over binds it).
+ */
+const LINE_FENCES = `
+local function nextFence()
+  return drawFence(counter, fenceCounterTtl)
+end
+
+-- A bound of every fence this key issued so far: a waiter told to wait compares it with the fence of
+-- a handover message, which is above it only if the handover came after this attempt. The counter, or
+-- the server clock in µs when that is ahead: a counter expires only once the clock is past its last
+-- fence (FENCE_RULE), and a fence drawn later is at least the clock then. Without the clock, an expired
+-- counter would read 0, and a message of any earlier handover would pass for a fresh one.
+local function lastFence()
+  local _, micros = serverTime()
+  local counted = tonumber(redis.call('GET', counter)) or 0
+  return string.format('%.0f', math.max(counted, micros))
+end
+`;
+
+/**
+ * Handing the lease to a waiter (needs `LINE_MEMBERSHIP` and `LINE_FENCES`). A release publishes to the
+ * waiter's own process only, on `<wake-up channel>:<process>` (the lease's channel, `…:wake`, with the
+ * suffix its process subscribes to): `<token> <fence> <lease ms>` tells one waiter the lease was handed
+ * to it and for how long it was written — by a releaser whose settings may differ from the waiter's,
+ * so the message says it. The other waiting processes hear nothing.
+ */
+function handingOver(publish: PublishCommand): string {
+  return `
 -- How long a lease handed to \`waiter\` lasts until it extends it to its own ttl: the handover lease, or
 -- that ttl when it is shorter (\`ttl\`, or as the waiter asked when it joined the line), so that a
 -- waiter that dies at once never blocks the others for longer than its own ttl.
@@ -137,6 +141,22 @@ local function handTo(channel, waiter, ms)
   redis.call('${publish}', to, waiter .. ' ' .. string.format('%.0f', nextFence()) .. ' ' .. ms)
 end
 
+-- Whether a release may hand its lease to the successor its caller names (a waiter of the releasing
+-- process): when the successor may go ahead of the line, is first in it, or nobody is in line.
+local function successorFirst(successor, jump)
+  if jump then return true end
+  local first = redis.call('ZRANGE', line, 0, 0)[1]
+  return not first or first == successor
+end
+`;
+}
+
+/**
+ * Waking an unordered waiter (needs `handingOver`'s `channelOf`): `<token> 0 0` on its process's
+ * channel wakes it to try for the lease.
+ */
+function waking(publish: PublishCommand): string {
+  return `
 -- Wakes one unordered waiter (not in the line), the one whose last attempt is the oldest, to try for
 -- the lease: '<token> 0 0'. One release, one attempt — not one per process, nor a stampede. The waiter
 -- leaves alive, and joins again if its attempt is refused: the next release wakes another (an attempt
@@ -152,13 +172,13 @@ local function wake(channel)
     end
   end
 end
-
--- Whether a release may hand its lease to the successor its caller names (a waiter of the releasing
--- process): when the successor may go ahead of the line, is first in it, or nobody is in line.
-local function successorFirst(successor, jump)
-  if jump then return true end
-  local first = redis.call('ZRANGE', line, 0, 0)[1]
-  return not first or first == successor
-end
 `;
+}
+
+/**
+ * The line of waiters, on one Redis: its named parts together, after the script's KEYS header (the keys
+ * of `lineKeys`) and its ARGV header (`fenceCounterTtl`).
+ */
+export function waiterLine(publish: PublishCommand): string {
+  return `${SERVER_TIME}${FENCE_RULE}${LINE_MEMBERSHIP}${LINE_FENCES}${handingOver(publish)}${waking(publish)}`;
 }

@@ -17,6 +17,19 @@ import { backendErrorOf, misconfiguredError, unansweredError } from './backend-m
 import { CommandDeadlines } from './command-deadlines.js';
 import { type ConnectionState, connectionStateOf } from './connection-state.js';
 import { hashTagged, slotOrder, toMillis } from './key-layout.js';
+import {
+  acquireAllIfFreeArgv,
+  acquireArgv,
+  extendArgv,
+  fenceArgv,
+  forceReleaseArgv,
+  leaseKeysOf,
+  NO_ARGV,
+  releaseArgv,
+  type ScriptArg,
+  type SuccessorArgs,
+  wakeChannelOf,
+} from './redis-layout.js';
 import { type Integer, leaseRunsOutIn } from './replies.js';
 import type { CompiledScript, RedisScript } from './script.js';
 import { WakeUps } from './wake-ups.js';
@@ -78,20 +91,21 @@ export class RedisStore implements LockStore {
     ttl: number,
     { fair, liveness, inLine, signal }: AttemptOptions,
   ): Promise<Attempt> {
-    const args = [
+    const lease = this.mainKey(kind, id);
+    const argv = acquireArgv({
       token,
-      toMillis(ttl),
-      fair ? '1' : '0',
-      Math.ceil(liveness),
-      inLine ? '1' : '0',
-      this.handoverLease,
-      this.channelOf(kind, id),
-      this.options.fenceCounterTtl,
-      this.wakeUps.process,
-      ...kind.redis.requestArgs(request),
-    ];
+      ttl: toMillis(ttl),
+      fair,
+      liveness: Math.ceil(liveness),
+      inLine,
+      handoverMs: this.handoverLease,
+      channel: wakeChannelOf(lease),
+      fenceCounterTtl: this.options.fenceCounterTtl,
+      process: this.wakeUps.process,
+      request: kind.redis.requestArgs(request),
+    });
     // 1 when granted; else [ms the holder's lease still runs, the last fence issued].
-    const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, args, signal)) as
+    const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, argv, signal, lease)) as
       Integer | [Integer, string];
     if (Array.isArray(reply)) return { granted: false, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
     return this.granted(kind, id, token);
@@ -133,7 +147,8 @@ export class RedisStore implements LockStore {
     const all = ids.join('", "');
     const purpose = () => kind.purposes.acquire(all);
     // The caller's signal: after an abort the script is not sent again on NOSCRIPT (see `runScript`).
-    const taken = await this.evalScript(ids[0], purpose, script, keys, [token, toMillis(ttl)], signal);
+    const argv = acquireAllIfFreeArgv({ token, ttl: toMillis(ttl) });
+    const taken = await this.evalScript(ids[0], purpose, script, keys, argv, signal);
     if (Number(taken) !== 1) return false;
     const { waitForReplicas } = this.options;
     if (waitForReplicas === undefined || (await this.acknowledged(ids[0], waitForReplicas))) return true;
@@ -154,15 +169,21 @@ export class RedisStore implements LockStore {
   async release(kind: StoreKind, id: string, token: string, options?: ReleaseOptions): Promise<boolean> {
     if (options?.undo) return this.undo(kind, id, token);
     const successor = options?.successor;
-    const args = this.releaseArgs(kind, id, token);
-    if (successor !== undefined) {
-      args.push(successor.token, successor.jump ? '1' : '0', toMillis(successor.ttl));
-      args.push(...kind.redis.requestArgs(successor.request));
-    }
+    const lease = this.mainKey(kind, id);
+    const argv = this.releaseArgvOf(
+      lease,
+      token,
+      successor && {
+        token: successor.token,
+        jump: successor.jump,
+        ttl: toMillis(successor.ttl),
+        request: kind.redis.requestArgs(successor.request),
+      },
+    );
     let handover: Handover | null = null;
     try {
       // 0 or 1: whether it was held; [that, PASSED_WITHOUT_FENCE, ms]: handed to the successor for ms.
-      const reply = (await this.runScript(kind, 'release', id, kind.redis.release, args)) as
+      const reply = (await this.runScript(kind, 'release', id, kind.redis.release, argv, undefined, lease)) as
         Integer | [Integer, Integer, Integer];
       if (!Array.isArray(reply)) return Number(reply) === 1;
       handover = { fence: Number(reply[1]), lease: Number(reply[2]) };
@@ -181,23 +202,25 @@ export class RedisStore implements LockStore {
   private async undo(kind: StoreKind, id: string, token: string): Promise<boolean> {
     const script = kind.redis.release;
     const { source } = this.compiled(script);
-    const keys = this.keysOf(kind, id, script.numberOfKeys);
-    const args = this.releaseArgs(kind, id, token);
+    const lease = this.mainKey(kind, id);
+    const keys = leaseKeysOf(lease, kind.redis.companions, script.numberOfKeys);
+    const argv = this.releaseArgvOf(lease, token);
     const reply = await this.run(
       id,
       () => kind.purposes.release(id),
-      () => this.client.eval(source, script.numberOfKeys, ...keys, ...args),
+      () => this.client.eval(source, script.numberOfKeys, ...keys, ...argv),
     );
     return Number(reply) === 1;
   }
 
   async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
-    return Number(await this.runScript(kind, 'extend', id, kind.redis.extend, [token, toMillis(ttl)])) === 1;
+    const argv = extendArgv({ token, ttl: toMillis(ttl) });
+    return Number(await this.runScript(kind, 'extend', id, kind.redis.extend, argv)) === 1;
   }
 
   async fence(kind: StoreKind, id: string, token: string): Promise<number> {
-    const args = [token, this.options.fenceCounterTtl];
-    return Number(await this.runScript(kind, 'fence', id, kind.redis.fence, args));
+    const argv = fenceArgv({ token, fenceCounterTtl: this.options.fenceCounterTtl });
+    return Number(await this.runScript(kind, 'fence', id, kind.redis.fence, argv));
   }
 
   async extendAll(extensions: readonly LeaseExtension[]): Promise<(boolean | LockBackendError)[]> {
@@ -210,7 +233,8 @@ export class RedisStore implements LockStore {
     for (const { kind, id, token, ttl } of extensions) {
       const script = this.compiled(kind.redis.extend);
       const { numberOfKeys } = kind.redis.extend;
-      pipeline.evalsha(script.sha, numberOfKeys, ...this.keysOf(kind, id, numberOfKeys), token, toMillis(ttl));
+      const argv = extendArgv({ token, ttl: toMillis(ttl) });
+      pipeline.evalsha(script.sha, numberOfKeys, ...this.keysOf(kind, id, numberOfKeys), ...argv);
     }
     const first = extensions[0];
     const replies = await this.run(first.id, `renew the leases of "${first.id}" and others`, () => pipeline.exec());
@@ -243,18 +267,22 @@ export class RedisStore implements LockStore {
   }
 
   async count(kind: StoreKind, id: string): Promise<number> {
-    return Number(await this.runScript(kind, 'count', id, kind.redis.count, []));
+    return Number(await this.runScript(kind, 'count', id, kind.redis.count, NO_ARGV));
   }
 
   async inspect(kind: StoreKind, id: string): Promise<Inspection> {
-    return kind.redis.readInspection(await this.runScript(kind, 'inspect', id, kind.redis.inspect, []));
+    return kind.redis.readInspection(await this.runScript(kind, 'inspect', id, kind.redis.inspect, NO_ARGV));
   }
 
   async forceRelease(kind: StoreKind, id: string): Promise<boolean> {
     const script = kind.redis.forceRelease;
     if (script === undefined) throw new Error(`${kind.name} leases have no forced release`);
-    const args = [this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
-    return Number(await this.runScript(kind, 'forceRelease', id, script, args)) === 1;
+    const argv = forceReleaseArgv({
+      handoverMs: this.handoverLease,
+      channel: this.channelOf(kind, id),
+      fenceCounterTtl: this.options.fenceCounterTtl,
+    });
+    return Number(await this.runScript(kind, 'forceRelease', id, script, argv)) === 1;
   }
 
   async close(): Promise<void> {
@@ -275,10 +303,7 @@ export class RedisStore implements LockStore {
    * companions (only the first `count` keys, when a script takes no more).
    */
   keysOf(kind: StoreKind, id: string, count = 1 + kind.redis.companions.length): string[] {
-    const main = this.mainKey(kind, id);
-    const keys = [main];
-    for (let i = 0; i < count - 1; i++) keys.push(`${main}:${kind.redis.companions[i]}`);
-    return keys;
+    return leaseKeysOf(this.mainKey(kind, id), kind.redis.companions, count);
   }
 
   /**
@@ -286,12 +311,18 @@ export class RedisStore implements LockStore {
    * listens on `<channel>:<process>`, where releases tell its own waiters (see `WakeUps`).
    */
   channelOf(kind: StoreKind, id: string): string {
-    return `${this.mainKey(kind, id)}:wake`;
+    return wakeChannelOf(this.mainKey(kind, id));
   }
 
-  /** The release script's arguments (`RedisLayout`) before a successor's. */
-  private releaseArgs(kind: StoreKind, id: string, token: string): (string | number)[] {
-    return [token, this.handoverLease, this.channelOf(kind, id), this.options.fenceCounterTtl];
+  /** The release script's ARGV for `token` on the lease at key `lease`, with its successor if it names one. */
+  private releaseArgvOf(lease: string, token: string, successor?: SuccessorArgs): ScriptArg[] {
+    return releaseArgv({
+      token,
+      handoverMs: this.handoverLease,
+      channel: wakeChannelOf(lease),
+      fenceCounterTtl: this.options.fenceCounterTtl,
+      successor,
+    });
   }
 
   /** The token holds the lease now: granted, once enough replicas have it when the module asks for that. */
@@ -347,39 +378,43 @@ export class RedisStore implements LockStore {
     return this.wakeUps.sharded ? script.sharded : script.plain;
   }
 
-  /** Runs one of the kind's scripts on the lease `id`, with the first `numberOfKeys` of its keys. */
+  /**
+   * Runs one of the kind's scripts on the lease `id` (whose key is `lease`), with the first `numberOfKeys`
+   * of its keys and `argv` as the operation's builder wrote them.
+   */
   private runScript(
     kind: StoreKind,
     operation: keyof StoreKind['purposes'],
     id: string,
     script: RedisScript,
-    args: readonly (string | number)[],
+    argv: readonly ScriptArg[],
     signal?: AbortSignal,
+    lease = this.mainKey(kind, id),
   ): Promise<unknown> {
-    const keys = this.keysOf(kind, id, script.numberOfKeys);
-    return this.evalScript(id, () => kind.purposes[operation](id), script, keys, args, signal);
+    const keys = leaseKeysOf(lease, kind.redis.companions, script.numberOfKeys);
+    return this.evalScript(id, () => kind.purposes[operation](id), script, keys, argv, signal);
   }
 
-  /** Runs `script` with `keys` and `args`, by SHA, and by its text when the server lost it. */
+  /** Runs `script` with `keys` and `argv`, by SHA, and by its text when the server lost it. */
   private evalScript(
     id: string,
     purpose: () => string,
     script: RedisScript,
     keys: readonly string[],
-    args: readonly (string | number)[],
+    argv: readonly ScriptArg[],
     signal?: AbortSignal,
   ): Promise<unknown> {
     const { sha, source } = this.compiled(script);
     const numberOfKeys = keys.length;
     return this.run(id, purpose, (timedOut) =>
-      this.client.evalsha(sha, numberOfKeys, ...keys, ...args).catch((error: unknown) => {
+      this.client.evalsha(sha, numberOfKeys, ...keys, ...argv).catch((error: unknown) => {
         // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
         // unless the caller already gave up on this command (its deadline passed, or its signal aborted):
         // resent that late, it would come after the caller's next commands (a release sent again after a
         // new lock with the same token; an attempt sent again after the release that gave it up).
         if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut() || signal?.aborted)
           throw error;
-        return this.client.eval(source, numberOfKeys, ...keys, ...args);
+        return this.client.eval(source, numberOfKeys, ...keys, ...argv);
       }),
     );
   }

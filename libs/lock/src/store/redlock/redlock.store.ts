@@ -6,17 +6,18 @@ import { hashTagged, toMillis } from '../redis/key-layout.js';
 import { backendErrorOf, misconfiguredError } from '../redis/backend-messages.js';
 import { connectionStateOf } from '../redis/connection-state.js';
 import { leaseRunsOutIn } from '../redis/replies.js';
-import type { RedisScript } from '../redis/script.js';
+import type { ScriptCall } from '../redis/script.js';
 import {
-  redlockAcquireScript,
-  redlockExtendScript,
-  redlockFenceScript,
-  redlockForceReleaseScript,
-  redlockInspectScript,
-  redlockMarkScript,
-  redlockRaiseFenceScript,
-  redlockReleaseScript,
-  redlockSeedScript,
+  redlockAcquire,
+  redlockExtend,
+  redlockFence,
+  redlockForceRelease,
+  redlockInspect,
+  type RedlockKeys,
+  redlockMark,
+  redlockRaiseFence,
+  redlockRelease,
+  redlockSeed,
 } from './redlock.scripts.js';
 import type { Attempt, Inspection, LockStore, ReleaseOptions } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
@@ -75,7 +76,8 @@ export class RedlockStore implements LockStore {
     // A node's quarantine starts when the client (re)connects, not at the first lock: a restarted master
     // is marked as soon as it is back, and the scripts mark one that was flushed without a reconnect.
     clients.forEach((client) => {
-      const mark = () => void this.evalScript(client, redlockMarkScript, [this.markerKey], []).catch(() => undefined);
+      const marking = redlockMark({ marker: this.markerKey });
+      const mark = () => void this.evalScript(client, marking).catch(() => undefined);
       this.onReady.push(mark);
       client.on('ready', mark);
       if (client.status === 'ready') mark();
@@ -105,11 +107,12 @@ export class RedlockStore implements LockStore {
   ): Promise<Attempt> {
     const refusal = kind.redlockRefusal?.(request);
     if (refusal !== undefined) throw new InvalidArgumentError('mode', refusal);
-    const { start, timeout, results } = await this.onAllWithin(kind, id, 'acquire', ttl, redlockAcquireScript, [
+    const call = redlockAcquire(this.nodeKeysOf(kind, id), {
       token,
-      toMillis(ttl),
-      this.options.quarantine,
-    ]);
+      ttl: toMillis(ttl),
+      quarantine: this.options.quarantine,
+    });
+    const { start, timeout, results } = await this.onAllWithin(kind, id, 'acquire', ttl, call);
     // Servers (by run_id), not nodes: one server listed under two names must not count twice.
     const grantedBy = new Set<string>();
     let young = 0;
@@ -151,9 +154,10 @@ export class RedlockStore implements LockStore {
     const purpose = kind.purposes.fence(id);
     const start = performance.now();
     const { commandTimeout, quorum, fenceCounterTtl, quarantine } = this.options;
-    const keys = this.keysOf(kind, id);
+    const keys = this.nodeKeysOf(kind, id);
+    const drawing = redlockFence(keys, { token, fenceCounterTtl, quarantine });
     const drawn = await this.onAll(id, purpose, commandTimeout, (client, timedOut) =>
-      this.evalScript(client, redlockFenceScript, keys, [token, fenceCounterTtl, quarantine], timedOut),
+      this.evalScript(client, drawing, timedOut),
     );
     const heldBy = new Set<string>();
     const leaseLeft: number[] = [];
@@ -173,8 +177,9 @@ export class RedlockStore implements LockStore {
       if (heldBy.size + failed >= quorum) throw this.noQuorum(id, purpose, drawn);
       return 0;
     }
+    const raising = redlockRaiseFence(keys, { fence: fence.toString(), fenceCounterTtl });
     const raised = await this.onAll(id, purpose, commandTimeout, (client, timedOut) =>
-      this.evalScript(client, redlockRaiseFenceScript, [keys[1]], [fence.toString(), fenceCounterTtl], timedOut),
+      this.evalScript(client, raising, timedOut),
     );
     if (raised.filter((result) => result.ok).length < quorum) throw this.noQuorum(id, purpose, raised);
     // How long a quorum still held it when the fences were drawn (the quorum-th longest lease).
@@ -220,14 +225,9 @@ export class RedlockStore implements LockStore {
   }
 
   async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
-    const { purpose, start, timeout, keys, results } = await this.onAllWithin(
-      kind,
-      id,
-      'extend',
-      ttl,
-      redlockExtendScript,
-      [token, toMillis(ttl), this.options.quarantine],
-    );
+    const keys = this.nodeKeysOf(kind, id);
+    const call = redlockExtend(keys, { token, ttl: toMillis(ttl), quarantine: this.options.quarantine });
+    const { purpose, start, timeout, results } = await this.onAllWithin(kind, id, 'extend', ttl, call);
     const renewedBy = new Set<string>();
     let failed = 0;
     const free: number[] = [];
@@ -251,10 +251,11 @@ export class RedlockStore implements LockStore {
       );
     }
     // Nodes that lost the lock while the quorum kept it get it back, so that it survives the next failure.
+    const seeding = redlockSeed(keys, { token, ttl: toMillis(ttl) });
     await Promise.all(
       free.map((i) =>
         this.onNode(this.clients[i], id, purpose, timeout, (timedOut) =>
-          this.evalScript(this.clients[i], redlockSeedScript, [keys[0]], [token, toMillis(ttl)], timedOut),
+          this.evalScript(this.clients[i], seeding, timedOut),
         ),
       ),
     );
@@ -269,8 +270,9 @@ export class RedlockStore implements LockStore {
   async inspect(kind: StoreKind, id: string): Promise<Inspection> {
     this.checkKind(kind);
     const purpose = kind.purposes.inspect(id);
+    const reading = redlockInspect(this.nodeKeysOf(kind, id));
     const results = await this.onAll(id, purpose, this.options.commandTimeout, (client, timedOut) =>
-      this.evalScript(client, redlockInspectScript, this.keysOf(kind, id).slice(0, 2), [], timedOut),
+      this.evalScript(client, reading, timedOut),
     );
     const answers = results.flatMap((result) => (result.ok ? [result.value as [string, number, string]] : []));
     if (answers.length < this.options.quorum) throw this.noQuorum(id, purpose, results);
@@ -295,8 +297,9 @@ export class RedlockStore implements LockStore {
   async forceRelease(kind: StoreKind, id: string): Promise<boolean> {
     this.checkKind(kind);
     const purpose = kind.purposes.forceRelease(id);
+    const releasing = redlockForceRelease(this.nodeKeysOf(kind, id));
     const results = await this.onAll(id, purpose, this.options.commandTimeout, (client, timedOut) =>
-      this.evalScript(client, redlockForceReleaseScript, [this.keysOf(kind, id)[0]], [], timedOut),
+      this.evalScript(client, releasing, timedOut),
     );
     const counts = new Map<string, number>();
     for (const result of results) {
@@ -328,10 +331,16 @@ export class RedlockStore implements LockStore {
     );
   }
 
-  /** The lease's key and its fence counter, the same on every node, and the node's birth marker. */
+  /** The lease's key and its fence counter, the same on every node, and the node's birth marker (as RedisStore's, the lease first). */
   keysOf(kind: StoreKind, id: string): [string, string, string] {
+    const { lease, counter, marker } = this.nodeKeysOf(kind, id);
+    return [lease, counter, marker];
+  }
+
+  /** `keysOf` by name, as the node scripts' builders take them. */
+  private nodeKeysOf(kind: StoreKind, id: string): RedlockKeys {
     const lease = `${this.options.keyPrefix}${kind.redis.namespace}${hashTagged(id)}`;
-    return [lease, `${lease}:fence`, this.markerKey];
+    return { lease, counter: `${lease}:fence`, marker: this.markerKey };
   }
 
   /** A kind that is no token lease is refused on every call: the kind says why. */
@@ -375,14 +384,14 @@ export class RedlockStore implements LockStore {
   }
 
   private releaseOnAll(kind: StoreKind, id: string, token: string, timeout: number): Promise<NodeResult<unknown>[]> {
-    const lease = this.keysOf(kind, id)[0];
+    const releasing = redlockRelease(this.nodeKeysOf(kind, id), { token });
     return this.onAll(id, kind.purposes.release(id), timeout, (client, timedOut) =>
-      this.evalScript(client, redlockReleaseScript, [lease], [token], timedOut),
+      this.evalScript(client, releasing, timedOut),
     );
   }
 
   /**
-   * Runs `script` on the lease `id` on every node at once, for a lease of `ttl`: each node bounded by
+   * Runs `call` on the lease `id` on every node at once, for a lease of `ttl`: each node bounded by
    * `nodeTimeout(ttl)`, so that a dead node costs a small part of the validity. Also returns when it
    * started (the validity counts from there) and what it was for.
    */
@@ -391,19 +400,17 @@ export class RedlockStore implements LockStore {
     id: string,
     operation: 'acquire' | 'extend',
     ttl: number,
-    script: RedisScript,
-    args: (string | number)[],
+    call: ScriptCall,
   ) {
     this.checkKind(kind);
     this.checkTtl(ttl);
     const purpose = kind.purposes[operation](id);
     const start = performance.now();
     const timeout = this.nodeTimeout(ttl);
-    const keys = this.keysOf(kind, id);
     const results = await this.onAll(id, purpose, timeout, (client, timedOut) =>
-      this.evalScript(client, script, keys, args, timedOut),
+      this.evalScript(client, call, timedOut),
     );
-    return { purpose, start, timeout, keys, results };
+    return { purpose, start, timeout, results };
   }
 
   /** Runs `command` on every node at once; each answer or error, in the order of the nodes. */
@@ -457,18 +464,16 @@ export class RedlockStore implements LockStore {
   /** EVALSHA, and EVAL after NOSCRIPT (a restarted node lost its script cache) unless the caller gave up. */
   private async evalScript(
     client: Redis,
-    script: RedisScript,
-    keys: string[],
-    args: (string | number)[],
+    { script, keys, argv }: ScriptCall,
     timedOut: () => boolean = () => false,
   ): Promise<unknown> {
     // Redlock publishes no wake-ups: its scripts have one text.
     const { sha, source } = script.plain;
     try {
-      return await client.evalsha(sha, script.numberOfKeys, ...keys, ...args);
+      return await client.evalsha(sha, script.numberOfKeys, ...keys, ...argv);
     } catch (error) {
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut()) throw error;
-      return await client.eval(source, script.numberOfKeys, ...keys, ...args);
+      return await client.eval(source, script.numberOfKeys, ...keys, ...argv);
     }
   }
 }
