@@ -126,11 +126,11 @@ local function handoverFor(waiter, handoverMs, ttl)
   return tonumber(handoverMs)
 end
 
--- The channel \`waiter\`'s process listens on, read before the waiter leaves the line.
+-- The channel \`waiter\`'s process listens on (recorded with its place in line), read before the waiter
+-- leaves the line; nil when nothing is recorded: such a waiter finds the lease at its next attempt.
 local function channelOf(channel, waiter)
   local process = string.match(redis.call('HGET', waiters, waiter) or '', '^%S+ (%S+)')
-  if process then return channel .. ':' .. process end
-  return channel
+  return process and (channel .. ':' .. process)
 end
 
 -- Tells one waiter, which leaves the line, that the lease is its own now, with the fence of its lease
@@ -138,7 +138,7 @@ end
 local function handTo(channel, waiter, ms)
   local to = channelOf(channel, waiter)
   leaveLine(waiter)
-  redis.call('${publish}', to, waiter .. ' ' .. string.format('%.0f', nextFence()) .. ' ' .. ms)
+  if to then redis.call('${publish}', to, waiter .. ' ' .. string.format('%.0f', nextFence()) .. ' ' .. ms) end
 end
 
 -- Whether a release may hand its lease to the successor its caller names (a waiter of the releasing
@@ -167,7 +167,7 @@ local function wake(channel)
     if not redis.call('ZSCORE', line, waiter) then
       local to = channelOf(channel, waiter)
       leaveLine(waiter)
-      redis.call('${publish}', to, waiter .. ' 0 0')
+      if to then redis.call('${publish}', to, waiter .. ' 0 0') end
       return
     end
   end
