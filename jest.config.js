@@ -19,7 +19,9 @@ export default {
     '^nest-lock/terminus$': '<rootDir>/libs/lock/src/terminus/index.ts',
     '^(\\.{1,2}/.*)\\.js$': '$1',
   },
-  // Child processes (workers, demo instances) run the built code, as a user's app would.
-  globalSetup: '<rootDir>/test/support/build-for-child-processes.ts',
+  // Child processes (workers, demo instances) run the built code, as a user's app would: built on demand,
+  // once per run, by the first spec that needs it (test/support/built.ts); the setup builds nothing.
+  globalSetup: '<rootDir>/test/support/global-setup.ts',
+  globalTeardown: '<rootDir>/test/support/global-teardown.ts',
   testTimeout: 30_000,
 };

@@ -5,13 +5,12 @@ import base from './jest.config.js';
  * independent masters started from the redis-server binary, see test/support/topologies.ts.
  * Same settings as jest.config.js, whose regex does not match `*.topology-spec.ts`.
  */
-// Their worker processes run the built library: the same build step as jest.config.js (test/support/build-for-child-processes.ts).
+// Their worker processes run the built library, built on demand as in jest.config.js (test/support/built.ts).
 const settings = {
   ...base,
   roots: ['<rootDir>/test'],
   testRegex: '\\.topology-spec\\.ts$',
   testTimeout: 120_000,
-  globalSetup: '<rootDir>/test/support/build-for-child-processes.ts',
 };
 
 export default settings;

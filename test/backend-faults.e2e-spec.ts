@@ -11,6 +11,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { interval, map, Observable } from 'rxjs';
 import { bootLockModule, closeLockApp, uniqueKey, useLockApp, useLockApps } from './support/lock-app.js';
 import { freePort, RedisServer, useRedisClient, useRedisServer } from './support/redis-server.js';
+import { until } from './support/timing.js';
 
 /** Short, so that a frozen server makes attempts time out (and be retried) quickly. */
 const COMMAND_TIMEOUT = 200;
@@ -35,6 +36,12 @@ async function freedWithin(isHeld: () => Promise<boolean>, ms: number): Promise<
     if (performance.now() >= deadline) return false;
     await delay(50);
   }
+}
+
+/** How many replies of `prefix` (READONLY, BUSY, …) the server has sent since it started (INFO errorstats). */
+async function errorCount(redis: Redis, prefix: string): Promise<number> {
+  const stats = await redis.info('errorstats');
+  return Number(new RegExp(`^errorstat_${prefix}:count=(\\d+)`, 'm').exec(stats)?.[1] ?? 0);
 }
 
 /**
@@ -225,9 +232,13 @@ describe('reply errors from Redis', () => {
       await Promise.all([once(runner, 'ready'), once(killer, 'ready')]);
       try {
         const slowScript = runner.eval('while true do end', 0).catch((e: unknown) => e);
-        await delay(200);
-        // Proof that the server is answering BUSY now, not just slowly.
-        expect(String(await killer.set('probe', '1').catch((e: unknown) => e))).toContain('BUSY');
+        // Proof that the server is answering BUSY now (past the threshold), not just slowly.
+        let probe = '';
+        await until('the server to answer BUSY', async () => {
+          probe = String(await killer.set('probe', '1').catch((e: unknown) => e));
+          return probe !== 'OK';
+        });
+        expect(probe).toContain('BUSY');
 
         const waiting = app().locks.lock(key, { timeout: 5_000 });
         await delay(500);
@@ -263,8 +274,13 @@ describe('reply errors from Redis', () => {
           ),
         ).toContain('READONLY');
 
+        const refusedBefore = await errorCount(redis(), 'READONLY');
         const waiting = app().locks.lock(key, { timeout: 5_000 });
-        await delay(500);
+        // Its attempt has been refused (and it waits on, to retry): it takes the key only if it retries.
+        await until(
+          'an attempt refused with READONLY',
+          async () => (await errorCount(redis(), 'READONLY')) > refusedBefore,
+        );
         await redis().replicaof('NO', 'ONE');
 
         const lock = await waiting;

@@ -16,8 +16,9 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { interval, isObservable, Observable, take } from 'rxjs';
 import { deferred } from './support/deferred.js';
 import { STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
+import { lockKeyOf, untilWaitingAt } from './support/redis-keys.js';
 import { RedisServer } from './support/redis-server.js';
-import { heldAfter, within } from './support/timing.js';
+import { heldAfter, until, within } from './support/timing.js';
 
 class OutOfStockError extends Error {
   constructor(readonly sku: string) {
@@ -130,7 +131,7 @@ describe.each(STORE_KINDS)('@WithLock and @Semaphore on provider methods, on the
     const restocking = inventory.restock(sku, held, finish.promise);
     await held.promise;
     const otherChain = inventory.reserve(sku, 1);
-    await delay(50);
+    await untilWaitingAt(server?.url, lockKeyOf(`sku:${sku}`), { orAfterMs: 50 });
     expect(inventory.log).toEqual([`reserved ${sku}`]);
 
     finish.resolve();
@@ -355,7 +356,7 @@ describe.each(STORE_KINDS)('an Observable a @WithLock method returns without dec
     const overlap = { running: 0, most: 0 };
     const feed$ = await call(key, 300, overlap);
     const first = settleSubscription(feed$);
-    await delay(100);
+    await until('the first subscription to run, holding the lock', () => overlap.running === 1);
     const second = settleSubscription(feed$);
     const [firstEnd, secondEnd] = await Promise.all([first, second]);
 

@@ -6,11 +6,15 @@ import { promisify } from 'node:util';
 import type { StampedeRun } from '../apps/demo/src/stampede/stampede.service.js';
 import type { JobRun } from '../apps/demo/src/storage/demo-storage.js';
 import { setTimeout as delay } from 'node:timers/promises';
+import { useBuilt } from './support/built.js';
 import { freePort, RedisServer } from './support/redis-server.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const DEMO_MAIN = `${root}dist/apps/demo/apps/demo/src/main.js`;
 const STAMPEDE = `${root}apps/demo/scripts/stampede.mjs`;
+
+// Every test runs the built demo (dist/apps/demo), as `npm start` does: built once per jest run.
+useBuilt('demo');
 
 /** Three demo processes on one Redis, as three pods behind a load balancer. */
 describe('the demo on three processes', () => {
@@ -127,7 +131,7 @@ describe('the built demo without REDIS_URL (what npm start runs)', () => {
 
 /**
  * What `npm start` leaves behind when it is stopped. The demo runs in its own process group, as
- * in a terminal; `--ignore-scripts` skips the `prestart` build (the global setup built the demo,
+ * in a terminal; `--ignore-scripts` skips the `prestart` build (`useBuilt('demo')` built the demo,
  * and a second build would delete `dist/` under the other test files).
  */
 describe('npm start, stopped', () => {

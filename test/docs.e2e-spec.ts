@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { useBuilt } from './support/built.js';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
 const read = (path: string) => readFileSync(join(root, path), 'utf8');
@@ -103,6 +104,8 @@ function linkTargets(markdown: string): string[] {
 }
 
 describe('the TypeScript examples of the README and the guides', () => {
+  // They compile against the built declarations (libs/lock/dist), what the tarball ships.
+  useBuilt('library');
   const snippets = userDocuments.flatMap((document) =>
     typescriptBlocks(read(document)).map((text, index) => ({ origin: `${document}, block ${index + 1}`, text })),
   );

@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { useBuilt } from './support/built.js';
 import { useRedisServer } from './support/redis-server.js';
 
 const run = promisify(execFile);
@@ -10,6 +11,8 @@ const example = fileURLToPath(new URL('../examples/fenced-writes.mjs', import.me
 
 /** The fencing guide's example, run as a user runs it (`npm run example:fencing`), on both stores. */
 describe('examples/fenced-writes.mjs', () => {
+  // The example imports the built library (libs/lock/dist), as `npm run example:fencing` builds it first.
+  useBuilt('library');
   const server = useRedisServer();
 
   it.each([

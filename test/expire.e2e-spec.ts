@@ -11,6 +11,7 @@ import {
   uniqueKey,
   useLockApps,
 } from './support/lock-app.js';
+import { lockKeyOf, untilWaitingAt } from './support/redis-keys.js';
 import { abortReasonWithin } from './support/timing.js';
 
 /**
@@ -282,7 +283,7 @@ describe.each(STORE_KINDS)('expire() with another ttl on the %s store', (kind) =
     const first = await app.locks.lock(key, { ttl: 10_000 });
     // Two waiters of this process: the second waits for the first to pass the lock on, in no line of the store.
     const second = app.locks.lock(key, { ttl: 10_000, timeout: 5_000, maxStep: 2_000 });
-    await delay(50);
+    await untilWaitingAt(app.server?.url, lockKeyOf(key), { orAfterMs: 50 });
     const third = app.locks.lock(key, { timeout: 5_000, maxStep: 2_000 });
     await delay(50);
     expect(await first.unlock()).toBe(true);

@@ -7,6 +7,7 @@ import { LockHealthIndicator } from 'nest-lock/terminus';
 import { existsSync, readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
 import request from 'supertest';
+import { useBuilt } from './support/built.js';
 import { useRedisServer } from './support/redis-server.js';
 
 @Controller('health')
@@ -135,6 +136,8 @@ describe('LockHealthIndicator through a TerminusModule /health endpoint', () => 
 });
 
 describe('the nest-lock/terminus entry point', () => {
+  useBuilt('library');
+
   it('is built where libs/lock/package.json exports it', async () => {
     type Target = { types: string; default: string };
     const manifest = JSON.parse(readFileSync(new URL('../libs/lock/package.json', import.meta.url), 'utf8')) as {

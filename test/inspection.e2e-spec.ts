@@ -10,7 +10,9 @@ import {
   SemaphoreService,
 } from 'nest-lock';
 import { once } from 'node:events';
+import { deferred } from './support/deferred.js';
 import { bootLockModule, closeLockApp, STORE_KINDS, uniqueKey } from './support/lock-app.js';
+import { lockKeyOf, untilWaitingAt } from './support/redis-keys.js';
 import { RedisServer } from './support/redis-server.js';
 
 class WarningLog implements LoggerService {
@@ -113,15 +115,20 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
   it('forceUnlock() releases a lock whoever holds it, logs it, and the holder learns it lost the lock', async () => {
     const key = uniqueKey('order');
     let lost: unknown;
+    const running = deferred<void>();
     const holding = locks.withLock(
       key,
       async (lock) => {
-        await once(lock.signal, 'abort');
+        const aborted = once(lock.signal, 'abort');
+        running.resolve();
+        await aborted;
         lost = lock.signal.reason;
       },
       { ttl: 300 },
     );
-    while (!(await locks.isLocked(key))) await new Promise((resolve) => setTimeout(resolve, 5));
+    // The routine runs (and listens) before the operator steps in: a key held is not enough, the
+    // routine may not have started yet.
+    await running.promise;
 
     expect(await locks.forceUnlock(key)).toBe(true);
 
@@ -135,7 +142,7 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
     const key = uniqueKey('order');
     const held = await locks.lock(key, { ttl: 3_000 });
     const waiting = locks.lock(key, { timeout: 5_000 });
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await untilWaitingAt(server?.url, lockKeyOf(key), { orAfterMs: 50 });
 
     const released = locks.forceUnlock(key);
     // Before the release reaches the store: the next owner may be granted it at any moment from now.
@@ -160,7 +167,7 @@ describe.each(STORE_KINDS)('inspect, holders and forceUnlock, on the %s store', 
     const stuck = await locks.lock(key, { ttl: 30_000 });
     const stuckFence = await stuck.fence();
     const waiting = locks.lock(key, { timeout: 10_000 });
-    await new Promise((resolve) => setTimeout(resolve, 50));
+    await untilWaitingAt(server?.url, lockKeyOf(key), { orAfterMs: 50 });
 
     const started = performance.now();
     await locks.forceUnlock(key);

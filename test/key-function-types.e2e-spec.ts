@@ -2,6 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Injectable } from '@nestjs/common';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { currentLock, InvalidArgumentError, LockModule, WithLock } from 'nest-lock';
+import { useBuilt } from './support/built.js';
 import { compileSnippets } from './support/typescript.js';
 
 interface Order {
@@ -67,6 +68,8 @@ describe('@WithLock key functions typed against the method', () => {
 });
 
 describe('mistakes in decorator options and templates, caught where they are made', () => {
+  // compileSnippets checks against the built declarations.
+  useBuilt('library');
   const decorated = (decorator: string, method = 'ship(id: string): Promise<void>') =>
     `import { Semaphore, WithLock } from 'nest-lock';
 class Orders {

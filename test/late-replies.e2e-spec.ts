@@ -6,7 +6,7 @@ import { DelayProxy } from './support/delay-proxy.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from './support/lock-app.js';
 import { lockKeyOf } from './support/redis-keys.js';
 import { useRedisClient, useRedisServer } from './support/redis-server.js';
-import { busyWait, eventually, heldAfter } from './support/timing.js';
+import { busyWait, eventually, heldAfter, until } from './support/timing.js';
 
 /*
  * Replies that come late: Redis applied the command on time, and its answer reaches the application
@@ -293,7 +293,8 @@ describe('one attempt whose reply is lost with its connection (a reset, not a fr
     const taken = new Promise<void>((resolve) => proxy.onForwarded(() => resolve()));
     const attempt = app.locks.tryLock(key).catch((error: unknown) => error);
     await taken;
-    await delay(20); // Redis has run the SET NX: the key is held, by a lease nobody knows of
+    // Redis runs the SET NX: the key is held, by a lease nobody knows of.
+    await until('the SET NX to be applied', async () => (await redis().exists(lockKeyOf(key))) === 1);
     expect(await redis().exists(lockKeyOf(key))).toBe(1);
     await proxy.setReplyDelay(0);
     await proxy.resetConnections();

@@ -3,6 +3,7 @@ import { InvalidArgumentError, type Lock, LockTimeoutError } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { deferred } from './support/deferred.js';
 import { STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
+import { lockKeyOf, untilWaitingAt } from './support/redis-keys.js';
 
 /** The LockService contract, on every store: the same tests, the same expectations. */
 describe.each(STORE_KINDS)('LockService on the %s store', (kind) => {
@@ -219,10 +220,12 @@ describe.each(STORE_KINDS)('LockService on the %s store', (kind) => {
       const holder = await app().locks.lock(key);
       const controller = new AbortController();
       const reason = new Error('client went away');
-      setTimeout(() => controller.abort(reason), 100);
       const started = performance.now();
+      const waiting = app().locks.lock(key, { timeout: 10_000, signal: controller.signal });
+      await untilWaitingAt(app().server?.url, lockKeyOf(key), { orAfterMs: 100 });
+      controller.abort(reason);
 
-      await expect(app().locks.lock(key, { timeout: 10_000, signal: controller.signal })).rejects.toBe(reason);
+      await expect(waiting).rejects.toBe(reason);
       expect(performance.now() - started).toBeLessThan(1_000);
 
       await holder.unlock();
@@ -285,7 +288,7 @@ describe.each(STORE_KINDS)('LockService on the %s store', (kind) => {
       });
       await outerHolds.promise;
       const other = app().locks.withLock(key, (lock) => (order.push('other chain'), lock.token), { timeout: 5_000 });
-      await delay(50);
+      await untilWaitingAt(app().server?.url, lockKeyOf(key), { orAfterMs: 50 });
       finishOuter.resolve();
       const [outerToken, otherToken] = await Promise.all([outer, other]);
 

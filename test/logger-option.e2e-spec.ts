@@ -36,6 +36,17 @@ async function until(condition: () => boolean, what: string, ms = 10_000): Promi
   }
 }
 
+/** Calls `call` (every 5 ms) until it rejects with a message that matches `message`. */
+async function untilRejectsWith(call: () => Promise<unknown>, message: RegExp, what: string): Promise<void> {
+  const deadline = performance.now() + 10_000;
+  for (;;) {
+    const answer = await call().then(String, (error: Error) => error.message);
+    if (message.test(answer)) return;
+    if (performance.now() > deadline) throw new Error(`timed out waiting for ${what}; the last answer: ${answer}`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+}
+
 describe('the logger option', () => {
   const server = useRedisServer();
 
@@ -64,7 +75,8 @@ describe('the logger option', () => {
       );
       await locks.withLock('released-in-outage', () => server().kill());
       // The client tries to reconnect 100 ms after the drop; its failure is what is logged as the outage.
-      await new Promise((resolve) => setTimeout(resolve, 1_000));
+      // The connection state that logs it also tells it to every call ("since"), logger or none.
+      await untilRejectsWith(() => locks.isLocked('during-outage'), /Redis is unreachable \(since/, 'the outage');
       await server().restart();
       // The client reconnects on its own; a lock taken afterwards shows that it did.
       let reconnected = false;

@@ -12,7 +12,9 @@ import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
 import { keyRuns, LockStore } from './support/kinds.js';
 import { closeLockApp, createLockApp, STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
+import { lockKeyOf, untilWaiting } from './support/redis-keys.js';
 import { useRedisClient, useRedisServer } from './support/redis-server.js';
+import { until } from './support/timing.js';
 import { runWorkers } from './support/workers.js';
 
 /** Moves money between accounts: each transfer holds both accounts, whichever order they are named in. */
@@ -93,7 +95,7 @@ describe.each(STORE_KINDS)('locks on several keys on the %s store', (kind) => {
 
     const aborting = new AbortController();
     const aborted = a().lock([k1, k2], { signal: aborting.signal, timeout: 5_000 });
-    await delay(100);
+    await until('k1 taken', () => a().isLocked(k1));
     expect(await a().isLocked(k1)).toBe(true); // taken, waiting for k2
     aborting.abort(new Error('user gave up'));
     await expect(aborted).rejects.toThrow('user gave up');
@@ -125,7 +127,7 @@ describe.each(STORE_KINDS)('locks on several keys on the %s store', (kind) => {
     const waiting = a()
       .lock([k1, k2], { ttl: 300, timeout: 5_000 })
       .catch((error: unknown) => error);
-    await delay(100);
+    await until('k1 taken', () => a().isLocked(k1));
     expect(await b().forceUnlock(k1)).toBe(true); // an operator frees k1 while k2 is waited for
     const thief = await b().lock(k1, { timeout: 1_000 });
     await delay(300); // the waiter's renewal of k1 finds it gone
@@ -321,9 +323,9 @@ describe('locks on several free keys on one Redis', () => {
 
     // A key free while a waiter stands in its line (its holder's lease vanished): not taken by the step.
     const waiter = b().lock(k2, { fair: 'strict', timeout: 5_000 });
-    await delay(100);
     const plain = new Redis(apps()[0].server!.url);
-    await plain.del(`lock:{${k2}}`);
+    await untilWaiting(plain, lockKeyOf(k2));
+    await plain.del(lockKeyOf(k2));
     plain.disconnect();
     const lined = await commandsOn([k1, k2, k3], async () => (await a().tryLock([k1, k2, k3]))?.unlock());
     expect(writtenByFirstStep(lined)).toEqual([]);

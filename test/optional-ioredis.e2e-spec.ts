@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import { useBuilt } from './support/built.js';
 import { useRedisServer } from './support/redis-server.js';
 
 const run = promisify(execFile);
@@ -72,6 +73,8 @@ const FORMATS = [
 ] as const;
 
 describe('ioredis, an optional peer dependency', () => {
+  // Its applications get a copy of the built package (makeApp).
+  useBuilt('library');
   const server = useRedisServer();
   let withoutIoredis: string;
   let withIoredis: string;

@@ -4,6 +4,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, posix } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { ensureBuilt } from './support/built.js';
 
 const library = fileURLToPath(new URL('../libs/lock/', import.meta.url));
 const root = join(library, '../..');
@@ -16,7 +17,7 @@ interface SourceMap {
   sources: string[];
 }
 
-/** What `npm pack` would put in the tarball; the global setup has built both formats. */
+/** What `npm pack` would put in the tarball, both formats built (below, before the tests are collected). */
 function packedFiles(): string[] {
   const output = execFileSync('npm', ['pack', '--dry-run', '--json', '--ignore-scripts'], {
     cwd: library,
@@ -32,6 +33,8 @@ function exportTargets(exports: unknown): string[] {
   return Object.values(exports as Record<string, unknown>).flatMap(exportTargets);
 }
 
+// Every test reads the build: built (once per jest run) before the file's tests are even collected.
+await ensureBuilt('library');
 const packageJson = JSON.parse(readFileSync(join(library, 'package.json'), 'utf8')) as Record<string, unknown>;
 const files = packedFiles();
 const packed = new Set(files);

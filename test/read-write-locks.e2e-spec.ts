@@ -3,6 +3,7 @@ import { InvalidArgumentError, type Lock, LockUpgradeError } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
 import { readerStartsAfterWrite, writerWaitAmidReads } from './support/read-write-timings.js';
+import { lockKeyOf, untilWaiting, untilWaitingAt } from './support/redis-keys.js';
 import { useRedisClient, useRedisServer } from './support/redis-server.js';
 import { killWorker, runWorkers, startWorker } from './support/workers.js';
 
@@ -50,7 +51,7 @@ describe.each(STORE_KINDS)('read-write locks on the %s store', (kind) => {
       const reader = await a().lock(key, { mode: 'read' });
       const order: string[] = [];
       const writer = b().withLock(key, () => void order.push('writer'), { timeout: 5_000, fair: writerFair });
-      await delay(100); // the writer waits in line
+      await untilWaitingAt(apps()[0].server?.url, lockKeyOf(key), { orAfterMs: 100 }); // the writer waits in line
       const lateReader = a().withLock(key, () => void order.push('late reader'), {
         mode: 'read',
         fair,
@@ -235,6 +236,7 @@ describe('read-write locks across processes on Redis', () => {
 
 describe('read-write locks: how soon each side gets in, on Redis', () => {
   const apps = useLockApps('redis', 3);
+  const redis = useRedisClient(() => apps()[0].server!);
 
   // The figures themselves (one read hold + 20 ms; 10 ms) are checked in band, away from the parallel
   // suites' load: test/topologies/read-write-timings.topology-spec.ts. Here, their order of magnitude.
@@ -262,9 +264,9 @@ describe('read-write locks: how soon each side gets in, on Redis', () => {
     const slow = { mode: 'read', timeout: 10_000, maxStep: 5_000 } as const;
     // The own reader reads for a second: the other one must not wait for it, nor for its own next attempt.
     const ownReader = apps()[0].locks.withLock(key, () => delay(1_000).then(() => 'read'), slow);
-    await delay(50);
+    await untilWaiting(redis(), lockKeyOf(key));
     const otherReader = apps()[1].locks.withLock(key, () => performance.now(), slow);
-    await delay(200);
+    await untilWaiting(redis(), lockKeyOf(key), { waiters: 2, processes: 2 });
 
     const releasedAt = performance.now();
     await writer.unlock();
@@ -281,7 +283,7 @@ describe('read-write locks: how soon each side gets in, on Redis', () => {
     expect(await apps()[0].locks.inspect(key)).toMatchObject({ mode: 'read', readers: 1 });
 
     const waiting = apps()[1].locks.lock(key, { timeout: 5_000 });
-    await delay(100);
+    await untilWaiting(redis(), lockKeyOf(key));
     const killedAt = performance.now();
     await killWorker(child);
     const writer = await waiting;

@@ -22,6 +22,7 @@ import { lastValueFrom, Observable, of, toArray } from 'rxjs';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, createLockApp, type LockApp, STORE_KINDS } from './support/lock-app.js';
 import { RedisServer } from './support/redis-server.js';
+import { until } from './support/timing.js';
 
 const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
 const metricReader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
@@ -388,7 +389,7 @@ describe.each(STORE_KINDS)('skip when busy and hold at least, on the %s store', 
 
   it('tells a skipping job through currentLock().signal when it lost its lock', async () => {
     const lost = job(0).untilLost();
-    await delay(100);
+    await until('the job to hold its lock', () => locks(1).isLocked('report:watchful'));
     await locks(1).forceUnlock('report:watchful');
     expect(await lost).toBe(true);
   });

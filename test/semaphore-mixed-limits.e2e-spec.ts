@@ -2,6 +2,7 @@ import { describe, expect, it } from '@jest/globals';
 import type { Permit } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { type LockApp, STORE_KINDS, uniqueKey, useLockApps } from './support/lock-app.js';
+import { semaphoreKeyOf, untilWaitingAt } from './support/redis-keys.js';
 
 /**
  * Callers of one semaphore name with different limits (a rolling deploy that lowers a limit): each
@@ -15,6 +16,9 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
   const app = () => apps()[0];
   const second = () => apps()[1];
   const third = () => apps()[2];
+  /** Until `waiters` callers, each of an application of its own, wait for `name`. */
+  const untilWaitingFor = (name: string, waiters = 1) =>
+    untilWaitingAt(app().server?.url, semaphoreKeyOf(name), { waiters, processes: waiters, orAfterMs: 100 });
 
   /** A fair wait for a permit (limit `limit`) that records how many permits were held right after its grant. */
   function waitFor(from: LockApp, name: string, limit: number) {
@@ -35,7 +39,7 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
     const name = uniqueKey('lowered-on-arrival');
     const holder = await app().semaphores.acquire(name, 1);
     const waiter = waitFor(second(), name, 1);
-    await delay(100);
+    await untilWaitingFor(name);
 
     const higher = await third().semaphores.tryAcquire(name, 3);
     await delay(200);
@@ -60,7 +64,7 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
     const higher = await third().semaphores.acquire(name, 3);
     expect(await app().semaphores.count(name)).toBe(2);
     const waiter = waitFor(waiterApp(), name, 1);
-    await delay(100);
+    await untilWaitingFor(name);
 
     await holder.release();
     await delay(300);
@@ -78,9 +82,9 @@ describe.each(STORE_KINDS)('mixed semaphore limits on the %s store', (kind) => {
     const name = uniqueKey('raised');
     const holder = await app().semaphores.acquire(name, 1);
     const waiter = waitFor(second(), name, 1);
-    await delay(100);
+    await untilWaitingFor(name);
     const higher = waitFor(third(), name, 3);
-    await delay(100);
+    await untilWaitingFor(name, 2);
 
     // The first waiter (limit 1) goes first once the holder leaves; the one behind it (limit 3) fits beside it.
     await holder.release();

@@ -3,6 +3,7 @@ import { InvalidArgumentError, type Permit, SemaphoreTimeoutError } from 'nest-l
 import { setTimeout as delay } from 'node:timers/promises';
 import { deferred } from './support/deferred.js';
 import { STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
+import { semaphoreKeyOf, untilWaitingAt } from './support/redis-keys.js';
 
 /** The SemaphoreService contract, on every store. */
 describe.each(STORE_KINDS)('SemaphoreService on the %s store', (kind) => {
@@ -126,11 +127,11 @@ describe.each(STORE_KINDS)('SemaphoreService on the %s store', (kind) => {
       const holder = await app().semaphores.acquire(name, 1);
       const reason = new Error('request closed');
       const controller = new AbortController();
-      setTimeout(() => controller.abort(reason), 100);
+      const waiting = app().semaphores.acquire(name, 1, { timeout: 10_000, signal: controller.signal });
+      await untilWaitingAt(app().server?.url, semaphoreKeyOf(name), { orAfterMs: 100 });
+      controller.abort(reason);
 
-      await expect(app().semaphores.acquire(name, 1, { timeout: 10_000, signal: controller.signal })).rejects.toBe(
-        reason,
-      );
+      await expect(waiting).rejects.toBe(reason);
       await holder.release();
       expect(await app().semaphores.count(name)).toBe(0);
     });
@@ -171,7 +172,7 @@ describe.each(STORE_KINDS)('SemaphoreService on the %s store', (kind) => {
       });
       await outerHolds.promise;
       const other = app().semaphores.withPermit(name, 1, () => order.push('other chain'), { timeout: 5_000 });
-      await delay(50);
+      await untilWaitingAt(app().server?.url, semaphoreKeyOf(name), { orAfterMs: 50 });
       finishOuter.resolve();
       await Promise.all([outer, other]);
 

@@ -21,7 +21,9 @@ import {
   LockTimeoutError,
   SemaphoreService,
 } from 'nest-lock';
+import { useBuilt } from './support/built.js';
 import { freePort, useRedisServer } from './support/redis-server.js';
+import { until } from './support/timing.js';
 
 const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
 // Exports only when flushed: each test reads what it did by forceFlush().
@@ -159,7 +161,8 @@ describe('OpenTelemetry', () => {
   it('the waiters gauge counts callers waiting right now, and comes back to 0', async () => {
     const holder = await locks.lock('queue');
     const waiting = [locks.withLock('queue', () => undefined), locks.withLock('queue', () => undefined)];
-    await sleep(50);
+    // The second waits behind the first in this process, where Redis does not see it: the gauge is the sign.
+    await until('two waiters counted', async () => (await sum('nest_lock.waiters', { 'nest_lock.kind': 'lock' })) >= 2);
     expect(await sum('nest_lock.waiters', { 'nest_lock.kind': 'lock' })).toBe(2);
     expect((await collect('nest_lock.waiters')).unit).toBe('{waiter}');
 
@@ -225,6 +228,8 @@ describe('OpenTelemetry', () => {
 });
 
 describe('without the optional peers installed (@opentelemetry/api, @nestjs/terminus)', () => {
+  useBuilt('library');
+
   it('the main entry starts and locks, measuring nothing and never loading terminus', async () => {
     // A child process running the built package, where resolving either fails as if it were not installed.
     const { stdout } = await promisify(execFile)(

@@ -23,7 +23,7 @@ import { deferred } from './support/deferred.js';
 import { bootLockModule, closeLockApp, createLockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
 import { lockKeyOf } from './support/redis-keys.js';
 import { RedisServer, useRedisClient } from './support/redis-server.js';
-import { abortReasonWithin } from './support/timing.js';
+import { abortReasonWithin, heldAfter } from './support/timing.js';
 
 const TTL = 300;
 /**
@@ -127,9 +127,8 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
     const reason = await abortReasonWithin(lock.signal, TTL * 4);
 
     expect(reason).toMatchObject({ code: 'LOCK_LOST', reason: 'expired' });
-    // The holder gives up its claim a clock-drift margin before the server lets the key go.
-    await delay(50);
-    expect(await app().locks.isLocked(key)).toBe(false);
+    // The holder gives up its claim a clock-drift margin before the server lets the key go: within 50 ms.
+    expect(await heldAfter(() => app().locks.isLocked(key), 50)).toBe(false);
     expect(lost.length).toBe(lostBefore);
     expect(await lock.unlock()).toBe(false);
   });
@@ -176,15 +175,12 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
 
   it('keeps renewing while a nested holder that was not awaited outlives the outer withLock', async () => {
     const key = uniqueKey('nested-renewed');
-    const nestedDone = deferred();
+    let nested!: Promise<void>;
 
     await app().locks.withLock(
       key,
       () => {
-        void app().locks.withLock(key, async () => {
-          await delay(RENEWED_TTL * 4);
-          nestedDone.resolve();
-        });
+        nested = app().locks.withLock(key, () => delay(RENEWED_TTL * 4));
       },
       { ttl: RENEWED_TTL },
     );
@@ -192,9 +188,9 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
     expect(await app().locks.isLocked(key)).toBe(true);
     expect(await app().locks.tryLock(key)).toBeNull();
 
-    await nestedDone.promise;
-    await delay(50);
-    expect(await app().locks.isLocked(key)).toBe(false);
+    // The last holder leaves: the lock is given back as its withLock returns.
+    await nested;
+    expect(await heldAfter(() => app().locks.isLocked(key), 50)).toBe(false);
   });
 
   it('calls onLockLost hooks that throw without an unhandled rejection', async () => {
@@ -369,11 +365,8 @@ class WatchedJobs {
   async runUntilLost(id: string, started: () => void): Promise<object> {
     const key = `watched:${id}`;
     started();
-    for (let i = 0; i < 40; i++) {
-      const lock = currentLock(key);
-      if (lock === undefined || lock.signal.aborted) break;
-      await delay(50);
-    }
+    const held = currentLock(key);
+    if (held !== undefined) await abortReasonWithin(held.signal, 2_000);
     const lock = currentLock(key);
     return {
       currentLockOfKey: lock === undefined ? 'undefined' : 'the lock',

@@ -11,6 +11,19 @@ export async function eventually<T>(read: () => Promise<T>, done: (value: T) => 
   }
 }
 
+/**
+ * Resolves as soon as `check` holds (polled every 5 ms): a wait for the event the test means, not for a
+ * time that usually suffices. Rejects, naming `what` it waited for, when it does not hold within
+ * `withinMs` — a bound for a test that would otherwise hang, not part of what the test checks.
+ */
+export async function until(what: string, check: () => boolean | Promise<boolean>, withinMs = 5_000): Promise<void> {
+  const deadline = performance.now() + withinMs;
+  while (!(await check())) {
+    if (performance.now() >= deadline) throw new Error(`waited ${withinMs} ms for ${what}`);
+    await delay(5);
+  }
+}
+
 /** `promise`'s value, or `fallback` once `ms` passed first; no timer is left behind. */
 export async function within<T, F>(promise: Promise<T>, ms: number, fallback: F): Promise<T | F> {
   let timer: NodeJS.Timeout | undefined;

@@ -2,15 +2,18 @@ import { readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
+import { isBuilt } from './built.js';
 
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 /**
  * Type-checks each snippet as a module of a user's application — the repository's compiler options
  * with `strict` and `exactOptionalPropertyTypes` — against the built declarations of the package
- * (what the tarball ships). Returns the diagnostics of the snippets, as `snippet-<n>.ts:<line>: <message>`.
+ * (what the tarball ships; `useBuilt('library')` in the calling describe block builds them). Returns the
+ * diagnostics of the snippets, as `snippet-<n>.ts:<line>: <message>`.
  */
 export function compileSnippets(snippets: readonly string[]): string[] {
+  if (!isBuilt('library')) throw new Error("compileSnippets reads libs/lock/dist: call useBuilt('library') first");
   const { options } = ts.parseJsonConfigFileContent(
     JSON.parse(readFileSync(join(root, 'tsconfig.json'), 'utf8')),
     ts.sys,

@@ -4,9 +4,14 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as delay } from 'node:timers/promises';
 import { promisify } from 'node:util';
+import { isBuilt, useBuilt } from './built.js';
 import type { HoldRecord } from './history.js';
 
 const run = promisify(execFile);
+
+// The workers import the built library (libs/lock/dist), as a user's app would: a spec file that
+// imports these helpers has it built before its first test (once per jest run, test/support/built.ts).
+useBuilt('library');
 
 /**
  * What a hold-history worker (workers/hold-history.mjs) prints: its holds, its errors by code, the
@@ -20,6 +25,9 @@ export interface HoldHistoryReport {
 }
 
 function scriptOf(name: string): string {
+  if (!isBuilt('library')) {
+    throw new Error(`worker ${name} runs libs/lock/dist, which is not built yet: start it from a test or a hook`);
+  }
   return fileURLToPath(new URL(`./workers/${name}.mjs`, import.meta.url));
 }
 
