@@ -215,6 +215,60 @@ describe.each(STORE_KINDS)('the watchdog on the %s store', (kind) => {
   });
 });
 
+// Found by the fault suite: a holder frozen past its lease, with a renewal still unanswered when it
+// resumed, released the lease before the answer came. The release found the lease gone, yet nobody was
+// told it was lost: `signal` never aborted and `onLockLost` was never called.
+describe('a lease its own release finds gone', () => {
+  const lost: LockLostError[] = [];
+  const app = useLockApp('redis', { onLockLost: (error) => lost.push(error) });
+  const admin = useRedisClient(() => app().server!);
+
+  it('is lost to a scope whose routine ended: signal aborted (taken), onLockLost told once, the result kept', async () => {
+    const key = uniqueKey('gone-at-release');
+    const lostBefore = lost.length;
+    let held: Lock | undefined;
+
+    const result = await app().locks.withLock(
+      key,
+      async (lock) => {
+        held = lock;
+        // Gone behind the holder's back (an expiry it has not seen yet, another process's forceUnlock).
+        expect(await admin().del(lockKeyOf(key))).toBe(1);
+        return 'the routine result';
+      },
+      { ttl: 10_000 },
+    );
+
+    expect(result).toBe('the routine result');
+    expect(held!.signal.aborted).toBe(true);
+    expect(held!.signal.reason).toMatchObject({ code: 'LOCK_LOST', key, reason: 'taken' });
+    expect(lost.slice(lostBefore)).toEqual([held!.signal.reason]);
+  });
+
+  it('is lost to a bare lock whose unlock() answers false, without a report', async () => {
+    const key = uniqueKey('bare-gone-at-release');
+    const lostBefore = lost.length;
+    const lock = await app().locks.lock(key, { ttl: 10_000 });
+    expect(await admin().del(lockKeyOf(key))).toBe(1);
+
+    expect(await lock.unlock()).toBe(false);
+
+    expect(lock.signal.reason).toMatchObject({ code: 'LOCK_LOST', key, reason: 'taken' });
+    await expect(lock.fence()).rejects.toMatchObject({ code: 'LOCK_LOST', reason: 'taken' });
+    expect(lost.length).toBe(lostBefore);
+  });
+
+  it('is not lost when the release finds it ours: the signal of a released lease never aborts', async () => {
+    const key = uniqueKey('ours-at-release');
+    const lock = await app().locks.lock(key, { ttl: 10_000 });
+
+    expect(await lock.unlock()).toBe(true);
+
+    expect(lock.signal.aborted).toBe(false);
+    await expect(lock.fence()).rejects.toMatchObject({ code: 'LOCK_LOST', reason: 'released' });
+  });
+});
+
 describe('the watchdog against Redis failures', () => {
   it('aborts the signal within about a ttl when Redis stops mid-routine', async () => {
     const app = await createLockApp('redis', { commandTimeout: 100 });

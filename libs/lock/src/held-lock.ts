@@ -24,7 +24,7 @@ export interface Lock {
    * several keys: the fence of `key`, the first key's by default.
    */
   fence(key?: string): Promise<number>;
-  /** Aborted with a `LockLostError` once the lease is known to be lost; never by `unlock()`. */
+  /** Aborted with a `LockLostError` once the lease is known to be lost (also by an `unlock()` that finds it gone); never by an `unlock()` that frees it. */
   readonly signal: AbortSignal;
   /** Milliseconds the lease is still guaranteed to be ours (0 once unlocked or lost). */
   readonly validity: number;

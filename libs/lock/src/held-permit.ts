@@ -13,7 +13,7 @@ export interface Permit {
    * call while the permit is ours, as `Lock.fence()`.
    */
   fence(): Promise<number>;
-  /** Aborted with a `LockLostError` once the lease is known to be lost; never by `release()`. */
+  /** Aborted with a `LockLostError` once the lease is known to be lost (also by a `release()` that finds it gone); never by a `release()` that frees it. */
   readonly signal: AbortSignal;
   /** Milliseconds the lease is still guaranteed to be ours (0 once released or lost). */
   readonly validity: number;

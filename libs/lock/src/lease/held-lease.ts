@@ -132,7 +132,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     keeping.watchdog.track(this);
   }
 
-  /** Aborted with a `LockLostError` once the lease is known to be lost; never by an intentional release. */
+  /** Aborted with a `LockLostError` once the lease is known to be lost (a release that finds it gone says so too); never by a release that frees it. */
   get signal(): AbortSignal {
     if (this.lostController === undefined) {
       this.lostController = new AbortController();
@@ -256,6 +256,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
    */
   async release(): Promise<boolean> {
     if (this.state === 'released') return false;
+    const unknownLoss = this.state === 'held';
     this.state = 'released';
     this.hold.end();
     const { store, watchdog, releases, lines } = this.keeping;
@@ -265,7 +266,11 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     const successor = lines.successor(lineOf(this.kind, this.id), this.token);
     watchdog.releasing();
     try {
-      return await store.release(this.kind, this.id, this.token, successor && { successor });
+      const released = await store.release(this.kind, this.id, this.token, successor && { successor });
+      // Gone before anyone here knew (a frozen process, its renewal unanswered; another's forceUnlock):
+      // the routine ran without it, which its holder is told as of any loss.
+      if (!released && unknownLoss) this.reportLoss('taken');
+      return released;
     } catch (error) {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
       const serverDeadline = this.validUntil + driftOf(store, this.leaseTtl);
@@ -283,6 +288,11 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     if (this.state !== 'held') return;
     this.state = 'lost';
     this.keeping.watchdog.untrack(this);
+    this.reportLoss(reason);
+  }
+
+  /** Aborts `signal` and, for a lease renewed or held by a scope, logs the loss and tells `onLockLost`. */
+  private reportLoss(reason: LockLostError['reason']): void {
     const error = this.lossOf(reason);
     this.lostError = error;
     this.lostController?.abort(error);
