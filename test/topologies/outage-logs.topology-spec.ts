@@ -54,9 +54,11 @@ describe('a minute of Redis outage under a one-second @Cron job', () => {
     await module.init();
     try {
       while (Nightly.runs.length === 0) await delay(50);
+      // Counted from before the stop: the client may see its connection close, and log so, before the
+      // server's process has exited.
+      const before = printed.lines.length;
       await server.stop();
       const downAt = Date.now();
-      const before = printed.lines.length;
       await delay(60_000);
       await server.restart();
       const backAt = Date.now();
