@@ -40,7 +40,12 @@ export function validateOnBusy(value: unknown): OnBusy | undefined {
   return value;
 }
 
-export interface GuardedMethodDefinition<S> {
+/** A service whose decorated calls may be skipped (`onBusy: 'skip'`): it logs and counts each skip. */
+export interface SkippingService {
+  skipped(where: string, skip: Skip): void;
+}
+
+export interface GuardedMethodDefinition<S extends SkippingService> {
   /** Decorator name for messages, e.g. `@WithLock`. */
   decorator: string;
   /** The service the guard needs, injected into the instance as a property. */
@@ -53,13 +58,10 @@ export interface GuardedMethodDefinition<S> {
    * `onBusy: 'skip'`: a call whose guard rejects because its lease is held elsewhere (`busy` says so
    * of the kind's timeout error), or because the store is away (`BACKEND_UNAVAILABLE`: nobody can
    * tell whether another process runs it), returns `undefined` without running — an Observable
-   * completes without a value — and `skipped` is told (a verbose line, a metric). Any other error
-   * still rejects.
+   * completes without a value — and the service's `skipped` is told (a verbose line, a metric). Any
+   * other error still rejects.
    */
-  skipWhenBusy?: {
-    busy(error: unknown): Skip | undefined;
-    skipped(service: S, where: string, skip: Skip): void;
-  };
+  skipWhenBusy?: (error: unknown) => Skip | undefined;
 }
 
 /**
@@ -78,7 +80,7 @@ export interface GuardedMethodDefinition<S> {
  *   lease again for its own life.
  * - Metadata of other decorators (`@Get`, `@Cron`, …) and the method's name are kept.
  */
-export function guardMethod<S>(
+export function guardMethod<S extends SkippingService>(
   definition: GuardedMethodDefinition<S>,
   target: object,
   propertyKey: string | symbol,
@@ -109,13 +111,13 @@ export function guardMethod<S>(
       );
     }
     const guard = markErrors(() => definition.guardFor(service, args), http);
-    const skip = definition.skipWhenBusy;
-    if (skip === undefined) return (signal) => markErrors(() => guard(signal), http);
+    const busy = definition.skipWhenBusy;
+    if (busy === undefined) return (signal) => markErrors(() => guard(signal), http);
     return (signal) =>
       markErrors(() => guard(signal), http).catch((error: unknown) => {
-        const why = skip.busy(error) ?? storeAway(error);
+        const why = busy(error) ?? storeAway(error);
         if (why === undefined) throw error;
-        skip.skipped(service, where, why);
+        service.skipped(where, why);
         return SKIPPED;
       });
   }

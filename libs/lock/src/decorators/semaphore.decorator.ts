@@ -98,7 +98,7 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
                   signal === undefined ? leaseOptions : { ...leaseOptions, signal },
                 ),
         ...(retryAfter === undefined ? {} : { http: { retryAfter } }),
-        ...(skipWhenBusy ? { skipWhenBusy: skipWhenNoPermit } : {}),
+        ...(skipWhenBusy ? { skipWhenBusy: noPermitFree } : {}),
       },
       target,
       propertyKey,
@@ -108,10 +108,7 @@ export function Semaphore(limit: number, options: SemaphoreDecoratorOptions = {}
 }
 
 /** `onBusy: 'skip'` for a semaphore: busy is a timeout while every permit was held (not a store's refusal). */
-const skipWhenNoPermit = {
-  busy: (error: unknown): Skip | undefined =>
-    error instanceof SemaphoreTimeoutError && error.refusal === undefined
-      ? { reason: 'busy', detail: `every permit of semaphore "${error.semaphore}" is held` }
-      : undefined,
-  skipped: (semaphores: SemaphoreService, where: string, skip: Skip) => semaphores.skipped(where, skip),
-};
+function noPermitFree(error: unknown): Skip | undefined {
+  if (!(error instanceof SemaphoreTimeoutError) || error.refusal !== undefined) return undefined;
+  return { reason: 'busy', detail: `every permit of semaphore "${error.semaphore}" is held` };
+}

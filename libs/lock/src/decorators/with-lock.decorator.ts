@@ -122,7 +122,7 @@ export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: Wit
           return (signal) => locks.enter(lockKey, signal === undefined ? lockOptions : { ...lockOptions, signal });
         },
         ...(retryAfter === undefined ? {} : { http: { retryAfter } }),
-        ...(skipWhenBusy ? { skipWhenBusy: skipWhenLockBusy } : {}),
+        ...(skipWhenBusy ? { skipWhenBusy: heldElsewhere } : {}),
       },
       target,
       propertyKey,
@@ -132,10 +132,7 @@ export function WithLock(key: KeyTemplate | readonly KeyTemplate[], options: Wit
 }
 
 /** `onBusy: 'skip'` for a lock: busy is a timeout while another owner held the key (not a store's refusal). */
-const skipWhenLockBusy = {
-  busy: (error: unknown): Skip | undefined =>
-    error instanceof LockTimeoutError && error.refusal === undefined
-      ? { reason: 'busy', detail: `lock "${error.key}" is held elsewhere` }
-      : undefined,
-  skipped: (locks: LockService, where: string, skip: Skip) => locks.skipped(where, skip),
-};
+function heldElsewhere(error: unknown): Skip | undefined {
+  if (!(error instanceof LockTimeoutError) || error.refusal !== undefined) return undefined;
+  return { reason: 'busy', detail: `lock "${error.key}" is held elsewhere` };
+}
