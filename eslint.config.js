@@ -62,6 +62,12 @@ layerZones.push({
   from: [`${src}/kinds/*.kind.ts`, `${src}/kinds/*.scripts.ts`],
   message: 'the lease core knows kinds of lease by their interface (kinds/lease-kind.ts) only',
 });
+// …and stores by their contract: a new store needs no edit to it either.
+layerZones.push({
+  target: `${src}/lease/**`,
+  from: [`${src}/store/memory/**`, `${src}/store/redis/**`, `${src}/store/redlock/**`],
+  message: 'the lease core knows stores by their contract (store/store.ts) only',
+});
 
 export default tseslint.config(
   { ignores: ['**/dist/', 'node_modules/', 'coverage/'] },

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { InvalidArgumentError, LockTimeoutError, type LockStore } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
+import { lockKind } from './kinds.js';
 import { bootLockModule, closeLockApp, type LockApp, uniqueKey } from './lock-app.js';
 
 /** A store under test: `count` stores on one backend (as many processes would each have their own). */
@@ -102,11 +103,14 @@ export function describeStoreContract(name: string, start: () => Promise<StoreUn
         return;
       }
       const first = await a().semaphores.acquire(name, 2);
-      const second = await b().semaphores.acquire(name, 2);
+      // One attempt by an owner that holds nothing: a free permit beside a holder is granted at once.
+      const second = await b().semaphores.tryAcquire(name, 2);
+      expect(second).not.toBeNull();
 
       expect(await a().semaphores.tryAcquire(name, 2)).toBeNull();
+      expect(await b().semaphores.tryAcquire(name, 2)).toBeNull();
       expect(await a().semaphores.count(name)).toBe(2);
-      expect(await second.release()).toBe(true);
+      expect(await second!.release()).toBe(true);
       const third = await a().semaphores.tryAcquire(name, 2);
       expect(third).not.toBeNull();
       await Promise.all([first.release(), third!.release()]);
@@ -119,7 +123,11 @@ export function describeStoreContract(name: string, start: () => Promise<StoreUn
         await expect(a().locks.lock(key, { mode: 'read' })).rejects.toBeInstanceOf(InvalidArgumentError);
         return;
       }
-      const readers = [await a().locks.lock(key, { mode: 'read' }), await b().locks.lock(key, { mode: 'read' })];
+      const first = await a().locks.lock(key, { mode: 'read' });
+      // One attempt by an owner that holds nothing: a reader beside a reader is let in at once.
+      const second = await b().locks.tryLock(key, { mode: 'read' });
+      expect(second).not.toBeNull();
+      const readers = [first, second!];
 
       expect(await a().locks.inspect(key)).toMatchObject({ held: true, mode: 'read', readers: 2 });
       expect(await b().locks.tryLock(key)).toBeNull();
@@ -149,6 +157,48 @@ export function describeStoreContract(name: string, start: () => Promise<StoreUn
       expect([...all.keys].sort()).toEqual([k1, k2, k3].sort());
       for (const key of [k1, k2, k3]) expect(await b().locks.tryLock(key)).toBeNull();
       expect(await all.unlock()).toBe(true);
+    });
+
+    it('keeps a release that comes between a refused attempt and the wait for it (or has no turns)', async () => {
+      const key = uniqueKey('turn-kept');
+      const waiterStore = stores[1];
+      if (waiterStore.openTurn === undefined) {
+        expect(waiterStore.keepsLine).toBeFalsy(); // no turns, no line: waiters look again after their step
+        return;
+      }
+      const holder = await a().locks.lock(key);
+      const token = 'contract-waiter';
+      const attempt = (inLine: boolean) =>
+        waiterStore.acquire(lockKind, key, 'write', token, 10_000, { fair: true, liveness: 10_000, inLine });
+      const turn = waiterStore.openTurn(lockKind, key, token);
+      try {
+        expect((await attempt(false)).granted).toBe(false);
+        await turn.wait({ limit: 200, step: 200 }); // a store may start listening at its first wait
+        expect((await attempt(true)).granted).toBe(false);
+        await holder.unlock();
+        const released = performance.now();
+
+        // A store that lost this release would sleep the whole limit.
+        await turn.wait({ limit: 10_000, step: 10_000 });
+        expect(performance.now() - released).toBeLessThan(2_000);
+      } finally {
+        turn.close();
+        await waiterStore.release(lockKind, key, token, { undo: true });
+      }
+    });
+
+    it('passes the key to a waiter of the releasing process soon after the release, whether or not the store hands over', async () => {
+      const key = uniqueKey('passed-here');
+      const holder = await a().locks.lock(key);
+      const waiting = a().locks.lock(key, { timeout: 10_000, step: 1_500, maxStep: 1_500 });
+      await delay(300);
+      const released = performance.now();
+      await holder.unlock();
+      const next = await waiting;
+
+      // Told by the release itself (a turn of the store's, or the core once the release returned).
+      expect(performance.now() - released).toBeLessThan(500);
+      await next.unlock();
     });
 
     it('gives a waiter the key soon after its release, not at its next step', async () => {

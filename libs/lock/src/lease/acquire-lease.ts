@@ -3,7 +3,7 @@ import type { LeaseCall, LeaseGrant, LeaseKeeping, NotGranted } from './held-lea
 import { fenceOf } from './handover-rules.js';
 import { lineOf } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
-import { turnOf } from './store-capabilities.js';
+import { keepsLine, turnOf } from './store-capabilities.js';
 import { StoreWaiter } from './store-waiter.js';
 import { takeIfFree } from './take-if-free.js';
 import { waitForLease, type WonLease } from './wait-for-lease.js';
@@ -106,7 +106,7 @@ async function waitInLines<Request>(
 function placeOf<Request>(store: LockStore, { kind, request, policy }: LeaseCall<Request>, busy: boolean): Place {
   const { fair, timeout } = policy;
   const inStoreLine =
-    timeout > 0 && (fair === 'strict' || (fair === true && store.keepsLine === true && kind.admittedTogether(request)));
+    timeout > 0 && (fair === 'strict' || (fair === true && keepsLine(store) && kind.admittedTogether(request)));
   const local = fair === true && !inStoreLine && timeout > 0;
   return { local, inStoreLine, queuedBehind: local && busy };
 }

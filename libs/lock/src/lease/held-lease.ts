@@ -1,11 +1,11 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
 import { type AcquirePolicy, validateLeaseTtl } from '../options/call-options.js';
-import { driftMargin } from '../options/durations.js';
 import type { LockStore } from '../store/store.js';
 import type { HoldTimer } from '../telemetry/telemetry.js';
 import { type LocalLines, lineOf } from './local-line.js';
 import type { ReleaseRetries } from './release-retries.js';
+import { checkTtlOn, driftOf } from './store-capabilities.js';
 import type { Watchdog, WatchedLease } from './watchdog.js';
 
 /** One lease to take, its options checked and resolved by the public method that was called. */
@@ -67,11 +67,6 @@ export interface LeaseKeeping {
   readonly watchdog: Watchdog;
   readonly releases: ReleaseRetries;
   readonly lines: LocalLines;
-}
-
-/** The drift margin of a lease of `ttl` on `store`: its own rule when it has one (Redlock's `driftFactor`). */
-export function driftOf(store: LockStore, ttl: number): number {
-  return store.clockDrift?.(ttl) ?? driftMargin(ttl);
 }
 
 /**
@@ -202,7 +197,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
   async expire(ttl: number = this.leaseTtl): Promise<boolean> {
     validateLeaseTtl(ttl, (lease) => driftOf(this.keeping.store, lease));
     // Refused here, not by the store after it became `leaseTtl`: every renewal would then be refused.
-    this.keeping.store.checkTtl?.(ttl);
+    checkTtlOn(this.keeping.store, ttl);
     while (this.extension !== undefined) await this.extension;
     if (this.state !== 'held') return false;
     this.leaseTtl = ttl;
@@ -279,6 +274,8 @@ export class HeldLease<Request = unknown> implements WatchedLease {
       }
       throw error;
     } finally {
+      // A store that hands nothing over says nothing to the successor: nothing was passed.
+      successor?.passed(0);
       watchdog.released();
     }
   }

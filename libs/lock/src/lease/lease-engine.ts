@@ -3,12 +3,13 @@ import type { LockStore } from '../store/store.js';
 import type { LockTelemetry, SkipReason } from '../telemetry/telemetry.js';
 import { acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.js';
 import { acquireAllIfFree } from './take-if-free.js';
-import { driftOf, HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
+import { HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
 import { type ChainLease, enterHold, heldByChain, type HoldTicket } from './lease-chain.js';
 import { LocalLines } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
 import { ReleaseRetries } from './release-retries.js';
 import { ScheduledLeaves } from './scheduled-leaves.js';
+import { driftOf } from './store-capabilities.js';
 import type { Watchdog } from './watchdog.js';
 
 /** How a held lease is built: the arguments of `HeldLease`'s constructor. */

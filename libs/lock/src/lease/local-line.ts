@@ -206,13 +206,13 @@ export class LocalLines {
       jump,
       ttl: head.ttl,
       request: head.request,
-      passed: (fence) => {
+      passed: firstCallOnly((fence) => {
         if (fence === 0) return head.notPassed?.();
         head.pass = { fence, sentAt };
         // Passed ahead of the line: one more pass of this tenure. Passed as first in line (or with
         // nobody there): as good as taken from the store's line, a new tenure.
         if (jump) state.passedTo = head.token;
-      },
+      }),
     };
   }
 
@@ -257,9 +257,9 @@ export class LocalLines {
       jump: false,
       ttl: oldest.ttl,
       request: oldest.request,
-      passed: (fence) => {
+      passed: firstCallOnly((fence) => {
         if (fence !== 0) oldest.pass = { fence, sentAt };
-      },
+      }),
     };
   }
 
@@ -285,4 +285,14 @@ export class LocalLines {
 /** The local line of a lease. */
 export function lineOf(kind: LeaseKind, id: string): string {
   return `${kind.name}\0${id}`;
+}
+
+/** A successor is told once: by the store during its release, else by the core after it (`HeldLease.release`). */
+function firstCallOnly(passed: (fence: number) => void): (fence: number) => void {
+  let told = false;
+  return (fence) => {
+    if (told) return;
+    told = true;
+    passed(fence);
+  };
 }

@@ -1,4 +1,5 @@
 import { errorMessage, LockBackendError } from '../lock.errors.js';
+import { driftMargin } from '../options/durations.js';
 import type { LeaseExtension, LockStore, Turn } from '../store/store.js';
 import type { StoreKind } from '../store/store-kind.js';
 import { sleep } from '../util/sleep.js';
@@ -6,8 +7,31 @@ import { sleep } from '../util/sleep.js';
 /*
  * What the core asks of a store beyond its required members, each capability with its plain
  * fallback, in one place: a store offers what its backend does well (docs/ARCHITECTURE.md, "Adding a
- * store"), and the core never asks which store it has.
+ * store"), and the core never asks which store it has. The one-command takes of free leases
+ * (`acquireIfFree`, `acquireAllIfFree`) are asked for by their one caller, `take-if-free.ts`.
  */
+
+/** The drift margin of a lease of `ttl` on `store`: its own rule (Redlock's `driftFactor`), else 1 % + 2 ms. */
+export function driftOf(store: LockStore, ttl: number): number {
+  return store.clockDrift?.(ttl) ?? driftMargin(ttl);
+}
+
+/**
+ * Refuses a ttl the store cannot hold (Redlock: one above its quarantine) before it becomes a lease's
+ * renewal ttl; a store checks the ttl of an attempt itself. Without the capability, any ttl the
+ * durations allow.
+ */
+export function checkTtlOn(store: LockStore, ttl: number): void {
+  store.checkTtl?.(ttl);
+}
+
+/**
+ * Whether the store keeps one line of waiters across processes (Redis): waiters let in together
+ * (readers) then stand in it rather than queue in their process. Without it, each process's own line.
+ */
+export function keepsLine(store: LockStore): boolean {
+  return store.keepsLine === true;
+}
 
 /** How many hold the lease `id`: the store's own count, else its inspection's holders. */
 export async function countOf(store: LockStore, kind: StoreKind, id: string): Promise<number> {

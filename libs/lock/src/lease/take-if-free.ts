@@ -1,8 +1,9 @@
 import { LockBackendError } from '../lock.errors.js';
 import type { LockStore, TakenIfFree } from '../store/store.js';
 import type { LeaseCall } from './acquire-lease.js';
-import { driftOf, type LeaseGrant, type LeaseKeeping } from './held-lease.js';
+import type { LeaseGrant, LeaseKeeping } from './held-lease.js';
 import { lineOf } from './local-line.js';
+import { driftOf } from './store-capabilities.js';
 import { untilAborted } from './wait-for-lease.js';
 
 /** A release that undoes an attempt, or leaves the line (`ReleaseOptions.undo`). */

@@ -67,9 +67,12 @@ export interface LockStore {
   /**
    * The one-command take of a free lease (an uncontended caller's only round trip): takes the lease `id`
    * for `token` for `ttl` ms if nobody holds it — ahead of any waiter in the store's line, where waiters
-   * wait while it is free only after a holder died. `'taken'`; `'held'`: an owner holds it (perhaps
-   * `token`: the command cannot tell); `'not taken'` for any other reason; `undefined`: no such command
-   * for this kind or request. Without it, the caller's first attempt is an `acquire`.
+   * wait while it is free only after a holder died. `'taken'`; `'held'`: an `acquire` now would be
+   * refused too (an owner holds it whom `request` may not join, perhaps `token`: the command cannot
+   * tell) — a caller with no time to wait stops there, so a free permit beside a holder, or a reader
+   * beside readers, is never `'held'`; `'not taken'` for any other reason (the caller goes on to
+   * `acquire`); `undefined`: no such command for this kind or request. Without it, the caller's first
+   * attempt is an `acquire`.
    */
   acquireIfFree?<Request>(
     kind: StoreKind<Request>,
@@ -104,8 +107,10 @@ export interface LockStore {
 
   /**
    * Opens the turn of the waiter `token` for the lease `id`: from now until `close()`, a release that
-   * wakes it, or hands the lease to it, is kept for it even while its attempt is on its way. Without
-   * it, a waiter looks again after its backoff step.
+   * wakes it, or hands the lease to it, is kept for it even while its attempt is on its way — one that
+   * comes between an attempt and `wait()` makes that wait return at once. Where the store cannot be
+   * sure to hear of a release (Redis before its first wait has subscribed), a wait lasts no longer
+   * than `wait.step`. Without it, a waiter looks again after its backoff step.
    */
   openTurn?(kind: StoreKind, id: string, token: string): Turn;
 
@@ -144,9 +149,9 @@ export interface ReleaseOptions {
   successor?: Successor;
   /**
    * The caller may not hold the lease: it undoes an attempt whose answer was lost (a timeout) or is not
-   * wanted (an abort, a lease that ran out on arrival), or leaves the line. Sent so that the store
-   * applies it after that attempt whatever happened meanwhile (on Redis by the script's text, which a
-   * server that lost its script cache still runs).
+   * wanted (an abort, a lease that ran out on arrival), or leaves the line. The store must apply it
+   * after that attempt, whatever happened meanwhile: on Redis it goes on the same connection, by the
+   * script's text, which a server that lost its script cache still runs.
    */
   undo?: boolean;
 }
@@ -175,8 +180,8 @@ export interface AttemptOptions {
   /** This waiter joined the line on an earlier attempt (a first attempt has nothing to leave). */
   inLine: boolean;
   /**
-   * The caller's: once it aborts, the caller gives the lease back (`giveBack`), and nothing of this
-   * attempt may be sent again after that.
+   * The caller's: once it aborts, the caller undoes the attempt (`release` with `undo`), and nothing
+   * of this attempt may be sent again after that.
    */
   signal?: AbortSignal | undefined;
 }
@@ -184,8 +189,8 @@ export interface AttemptOptions {
 /**
  * A waiter of this process, with its turn open, that a release may hand the lease to directly: the
  * store hands it over in the same step and tells the waiter's turn itself, without a message. A
- * successor that is gone by then gets the lease given back at once. A store of one process may
- * ignore it (its waiters are in one line already).
+ * successor that is gone by then gets the lease given back at once. A store that hands nothing over
+ * ignores it: once the release returns, the core tells the successor nothing was passed.
  */
 export interface Successor {
   token: string;
@@ -196,8 +201,8 @@ export interface Successor {
   /** What it asked for (the kind's request: a lock's mode, a semaphore's limit). */
   request: unknown;
   /**
-   * Called once the release is done: with `PASSED_WITHOUT_FENCE` when it handed it the lease (before
-   * its turn is told), or 0 when it did not (or failed).
+   * Called by the store before its release returns: with `PASSED_WITHOUT_FENCE` when it handed it the
+   * lease (before its turn is told), or 0 when it did not (or failed). Only the first call counts.
    */
   passed(fence: number): void;
 }

@@ -1,5 +1,6 @@
 import { LockBackendError } from '../../lock.errors.js';
 import { LONGEST_DURATION } from '../../options/durations.js';
+import { sleep } from '../../util/sleep.js';
 import type { Attempt, AttemptOptions, Inspection, LockStore, TakenIfFree, Turn } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
@@ -28,7 +29,8 @@ type Holders = Map<string, Holder>;
 export class MemoryStore implements LockStore {
   /** Holders by kind and id (`leaseKeyOf`). */
   private readonly leases = new Map<string, Holders>();
-  private readonly sleepers = new Map<string, Set<() => void>>();
+  /** The open turns of waiters, by lease: each told of every release (and of a waiter that left). */
+  private readonly releaseListeners = new Map<string, Set<() => void>>();
   /** Callers refused that still wait, by lease and token: what they asked for, and until when they count. */
   private readonly waiters = new Map<string, Map<string, { request: unknown; until: number }>>();
   private lastFence = 0;
@@ -108,10 +110,8 @@ export class MemoryStore implements LockStore {
 
   async release(kind: StoreKind, id: string, token: string): Promise<boolean> {
     const lease = leaseKeyOf(kind, id);
-    if (this.waiters.get(lease)?.delete(token) && this.sleepers.has(lease)) {
-      // A waiter that held others back gave up: they may go in now.
-      for (const wake of [...this.sleepers.get(lease)!]) wake();
-    }
+    // A waiter that held others back gave up: they may go in now.
+    if (this.waiters.get(lease)?.delete(token)) this.tellReleased(lease);
     if (!this.liveHolders(kind, id).has(token)) return false;
     this.free(kind, id, token);
     return true;
@@ -124,10 +124,36 @@ export class MemoryStore implements LockStore {
     return true;
   }
 
-  /** Releases here never hand a lease over; they wake every waiter, so a wait lasts up to its limit. */
+  /**
+   * Releases here never hand a lease over; they wake every waiter, so a wait lasts up to its limit. A
+   * release from the moment the turn opens is kept for it: a `wait()` after it returns at once.
+   */
   openTurn(kind: StoreKind, id: string): Turn {
     const lease = leaseKeyOf(kind, id);
-    return { wait: (wait, signal) => this.sleep(lease, wait.limit, signal), close: () => undefined };
+    const listeners = this.releaseListeners.get(lease) ?? new Set<() => void>();
+    this.releaseListeners.set(lease, listeners);
+    let released = false;
+    let wakeWaiting: (() => void) | undefined;
+    const onRelease = () => {
+      released = true;
+      wakeWaiting?.();
+    };
+    listeners.add(onRelease);
+    return {
+      wait: async ({ limit }, signal) => {
+        signal?.throwIfAborted();
+        if (!released) {
+          const woken = new Promise<void>((resolve) => (wakeWaiting = resolve));
+          await sleep(limit, signal, woken).finally(() => (wakeWaiting = undefined));
+        }
+        released = false;
+        return null;
+      },
+      close: () => {
+        listeners.delete(onRelease);
+        if (listeners.size === 0 && this.releaseListeners.get(lease) === listeners) this.releaseListeners.delete(lease);
+      },
+    };
   }
 
   async count(kind: StoreKind, id: string): Promise<number> {
@@ -159,7 +185,7 @@ export class MemoryStore implements LockStore {
     this.waiters.clear();
     for (const holders of this.leases.values()) for (const holder of holders.values()) clearTimeout(holder.expiry);
     this.leases.clear();
-    for (const sleepers of this.sleepers.values()) for (const wake of [...sleepers]) wake();
+    for (const lease of [...this.releaseListeners.keys()]) this.tellReleased(lease);
   }
 
   /** What the callers still waiting for `lease` asked for, but `token`'s (expired waits dropped). */
@@ -181,35 +207,6 @@ export class MemoryStore implements LockStore {
     if (waiting === undefined)
       this.waiters.set(lease, (waiting = new Map<string, { request: unknown; until: number }>()));
     return waiting;
-  }
-
-  /** Resolves with `null` (nothing handed over) when `lease` is woken or after `ms`; rejects with the signal's reason on abort. */
-  private sleep(lease: string, ms: number, signal?: AbortSignal): Promise<null> {
-    return new Promise((resolve, reject) => {
-      if (signal?.aborted) {
-        reject(signal.reason);
-        return;
-      }
-      const sleepers = this.sleepers.get(lease) ?? new Set<() => void>();
-      this.sleepers.set(lease, sleepers);
-      const settle = () => {
-        clearTimeout(timer);
-        signal?.removeEventListener('abort', onAbort);
-        sleepers.delete(wake);
-        if (sleepers.size === 0 && this.sleepers.get(lease) === sleepers) this.sleepers.delete(lease);
-      };
-      const wake = () => {
-        settle();
-        resolve(null);
-      };
-      const onAbort = () => {
-        settle();
-        reject(signal!.reason);
-      };
-      const timer = setTimeout(wake, ms);
-      sleepers.add(wake);
-      signal?.addEventListener('abort', onAbort, { once: true });
-    });
   }
 
   /** The unexpired holders of a lease, expired ones dropped: the deadline is checked as well as the timer, which may fire late. */
@@ -236,8 +233,11 @@ export class MemoryStore implements LockStore {
     clearTimeout(holders?.get(token)?.expiry);
     holders?.delete(token);
     if (holders?.size === 0) this.leases.delete(lease);
-    const sleepers = this.sleepers.get(lease);
-    if (sleepers !== undefined) for (const wake of [...sleepers]) wake();
+    this.tellReleased(lease);
+  }
+
+  private tellReleased(lease: string): void {
+    for (const onRelease of [...(this.releaseListeners.get(lease) ?? [])]) onRelease();
   }
 
   /**

@@ -19,7 +19,7 @@ import {
   redlockRelease,
   redlockSeed,
 } from './redlock.scripts.js';
-import type { Attempt, Inspection, LockStore, ReleaseOptions } from '../store.js';
+import type { Attempt, Inspection, LockStore } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
 export interface RedlockStoreOptions {
@@ -156,9 +156,7 @@ export class RedlockStore implements LockStore {
     const { commandTimeout, quorum, fenceCounterTtl, quarantine } = this.options;
     const keys = this.nodeKeysOf(kind, id);
     const drawing = redlockFence(keys, { token, fenceCounterTtl, quarantine });
-    const drawn = await this.onAll(id, purpose, commandTimeout, (client, timedOut) =>
-      this.evalScript(client, drawing, timedOut),
-    );
+    const drawn = await this.onAll(id, purpose, commandTimeout, drawing);
     const heldBy = new Set<string>();
     const leaseLeft: number[] = [];
     let fence = 0n;
@@ -178,9 +176,7 @@ export class RedlockStore implements LockStore {
       return 0;
     }
     const raising = redlockRaiseFence(keys, { fence: fence.toString(), fenceCounterTtl });
-    const raised = await this.onAll(id, purpose, commandTimeout, (client, timedOut) =>
-      this.evalScript(client, raising, timedOut),
-    );
+    const raised = await this.onAll(id, purpose, commandTimeout, raising);
     if (raised.filter((result) => result.ok).length < quorum) throw this.noQuorum(id, purpose, raised);
     // How long a quorum still held it when the fences were drawn (the quorum-th longest lease).
     const quorumLease = leaseLeft.sort((a, b) => b - a)[quorum - 1];
@@ -204,24 +200,21 @@ export class RedlockStore implements LockStore {
   }
 
   /**
-   * Nothing is handed over across independent masters: a `successor` is told so. An undo goes as any
-   * release does: each node's script is sent again by its text after NOSCRIPT within the node's timeout.
+   * Nothing is handed over across independent masters: a `successor` is left alone (the core tells it
+   * nothing was passed). An undo goes as any release does: each node's script is sent again by its text
+   * after NOSCRIPT within the node's timeout.
    */
-  async release(kind: StoreKind, id: string, token: string, options?: ReleaseOptions): Promise<boolean> {
-    try {
-      this.checkKind(kind);
-      this.checkOpen(id);
-      const results = await this.releaseOnAll(kind, id, token, this.options.commandTimeout);
-      const released = results.filter((result) => result.ok && Number(result.value) === 1).length;
-      const failed = results.filter((result) => !result.ok).length;
-      // Not ours on a quorum of the nodes that answered, and the silent ones could change that: unknown.
-      if (released < this.options.quorum && released + failed >= this.options.quorum) {
-        throw this.noQuorum(id, kind.purposes.release(id), results);
-      }
-      return released >= this.options.quorum;
-    } finally {
-      options?.successor?.passed(0);
+  async release(kind: StoreKind, id: string, token: string): Promise<boolean> {
+    this.checkKind(kind);
+    this.checkOpen(id);
+    const results = await this.releaseOnAll(kind, id, token, this.options.commandTimeout);
+    const released = results.filter((result) => result.ok && Number(result.value) === 1).length;
+    const failed = results.filter((result) => !result.ok).length;
+    // Not ours on a quorum of the nodes that answered, and the silent ones could change that: unknown.
+    if (released < this.options.quorum && released + failed >= this.options.quorum) {
+      throw this.noQuorum(id, kind.purposes.release(id), results);
     }
+    return released >= this.options.quorum;
   }
 
   async extend(kind: StoreKind, id: string, token: string, ttl: number): Promise<boolean> {
@@ -252,13 +245,7 @@ export class RedlockStore implements LockStore {
     }
     // Nodes that lost the lock while the quorum kept it get it back, so that it survives the next failure.
     const seeding = redlockSeed(keys, { token, ttl: toMillis(ttl) });
-    await Promise.all(
-      free.map((i) =>
-        this.onNode(this.clients[i], id, purpose, timeout, (timedOut) =>
-          this.evalScript(this.clients[i], seeding, timedOut),
-        ),
-      ),
-    );
+    await Promise.all(free.map((i) => this.onNode(this.clients[i], id, purpose, timeout, seeding)));
     return true;
   }
 
@@ -271,9 +258,7 @@ export class RedlockStore implements LockStore {
     this.checkKind(kind);
     const purpose = kind.purposes.inspect(id);
     const reading = redlockInspect(this.nodeKeysOf(kind, id));
-    const results = await this.onAll(id, purpose, this.options.commandTimeout, (client, timedOut) =>
-      this.evalScript(client, reading, timedOut),
-    );
+    const results = await this.onAll(id, purpose, this.options.commandTimeout, reading);
     const answers = results.flatMap((result) => (result.ok ? [result.value as [string, number, string]] : []));
     if (answers.length < this.options.quorum) throw this.noQuorum(id, purpose, results);
     let fence = 0n;
@@ -298,9 +283,7 @@ export class RedlockStore implements LockStore {
     this.checkKind(kind);
     const purpose = kind.purposes.forceRelease(id);
     const releasing = redlockForceRelease(this.nodeKeysOf(kind, id));
-    const results = await this.onAll(id, purpose, this.options.commandTimeout, (client, timedOut) =>
-      this.evalScript(client, releasing, timedOut),
-    );
+    const results = await this.onAll(id, purpose, this.options.commandTimeout, releasing);
     const counts = new Map<string, number>();
     for (const result of results) {
       if (result.ok && result.value !== '') {
@@ -385,9 +368,7 @@ export class RedlockStore implements LockStore {
 
   private releaseOnAll(kind: StoreKind, id: string, token: string, timeout: number): Promise<NodeResult<unknown>[]> {
     const releasing = redlockRelease(this.nodeKeysOf(kind, id), { token });
-    return this.onAll(id, kind.purposes.release(id), timeout, (client, timedOut) =>
-      this.evalScript(client, releasing, timedOut),
-    );
+    return this.onAll(id, kind.purposes.release(id), timeout, releasing);
   }
 
   /**
@@ -407,32 +388,23 @@ export class RedlockStore implements LockStore {
     const purpose = kind.purposes[operation](id);
     const start = performance.now();
     const timeout = this.nodeTimeout(ttl);
-    const results = await this.onAll(id, purpose, timeout, (client, timedOut) =>
-      this.evalScript(client, call, timedOut),
-    );
+    const results = await this.onAll(id, purpose, timeout, call);
     return { purpose, start, timeout, results };
   }
 
-  /** Runs `command` on every node at once; each answer or error, in the order of the nodes. */
-  private async onAll(
-    key: string,
-    purpose: string,
-    timeout: number,
-    command: (client: Redis, timedOut: () => boolean) => Promise<unknown>,
-  ): Promise<NodeResult<unknown>[]> {
+  /** Runs `call` on every node at once; each answer or error, in the order of the nodes. */
+  private async onAll(key: string, purpose: string, timeout: number, call: ScriptCall): Promise<NodeResult<unknown>[]> {
     this.checkOpen(key);
-    return Promise.all(
-      this.clients.map((client) => this.onNode(client, key, purpose, timeout, (t) => command(client, t))),
-    );
+    return Promise.all(this.clients.map((client) => this.onNode(client, key, purpose, timeout, call)));
   }
 
-  /** One command on one node, bounded by `timeout`; never rejects. */
+  /** One script on one node, bounded by `timeout`; never rejects. */
   private async onNode(
     client: Redis,
     key: string,
     purpose: string,
     timeout: number,
-    command: (timedOut: () => boolean) => Promise<unknown>,
+    call: ScriptCall,
   ): Promise<NodeResult<unknown>> {
     const deadline = performance.now() + timeout;
     let timer: NodeJS.Timeout | undefined;
@@ -450,7 +422,7 @@ export class RedlockStore implements LockStore {
     });
     const misconfiguration = connectionStateOf(client).misconfiguration;
     if (misconfiguration !== undefined) return { ok: false, error: misconfiguredError(misconfiguration, purpose, key) };
-    const running = command(() => performance.now() >= deadline);
+    const running = this.evalScript(client, call, () => performance.now() >= deadline);
     running.catch(() => undefined); // its late failure after a timeout is nobody's business
     try {
       return { ok: true, value: await Promise.race([running, expired]) };
