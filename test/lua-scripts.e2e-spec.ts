@@ -190,7 +190,7 @@ describe('the Lua scripts, each on its own', () => {
   describe('the calling convention: each Lua header binds what its builder writes', () => {
     const bound = (header: string, names: string) => `${header}\nreturn {${names}}`;
 
-    it('acquire (ARGV[10…] the kind request)', async () => {
+    it('acquire (ARGV[11…] the kind request)', async () => {
       const argv = acquireArgv({
         token: 'tok',
         ttl: 1234,
@@ -201,10 +201,11 @@ describe('the Lua scripts, each on its own', () => {
         channel: 'ch',
         fenceCounterTtl: 4321,
         process: 'proc',
+        joinOnlyBehindOthers: true,
         request: ['r'],
       });
       const names =
-        'token, ttl, tostring(fair), tostring(liveness), tostring(inLine), tostring(handoverMs), channel, fenceCounterTtl, process, request';
+        'token, ttl, tostring(fair), tostring(liveness), tostring(inLine), tostring(handoverMs), channel, fenceCounterTtl, process, tostring(joinOnlyBehindOthers), request';
       expect(await redis().eval(bound(ACQUIRE_ARGV, names), 0, ...argv)).toEqual([
         'tok',
         '1234',
@@ -215,6 +216,7 @@ describe('the Lua scripts, each on its own', () => {
         'ch',
         '4321',
         'proc',
+        'true',
         'r',
       ]);
     });
@@ -289,6 +291,7 @@ describe('the Lua scripts, each on its own', () => {
           channel: keys.channel,
           fenceCounterTtl: FENCE_COUNTER_TTL,
           process: PROCESS,
+          joinOnlyBehindOthers: false,
           request: lockRequestArgs('write'),
           ...fields,
         }),
@@ -347,6 +350,29 @@ describe('the Lua scripts, each on its own', () => {
         await redis().set(keys.lease, 'H', 'PX', 5_000);
         expect(Array.isArray(await lockAcquire(keys, { token: 'A', liveness: 0 }))).toBe(true);
         expect(await inLine(keys, 'A')).toEqual(OUT_OF_LINE);
+      });
+
+      it('held, joining only behind others: out of an empty line (a third reply element, 1); behind a waiter, in line', async () => {
+        const keys = lockKeys();
+        await redis().set(keys.lease, 'H', 'PX', 5_000);
+        const alone = (await lockAcquire(keys, {
+          token: 'A',
+          liveness: 3_000,
+          joinOnlyBehindOthers: true,
+        })) as unknown[];
+        expect(alone).toHaveLength(3);
+        expect(alone[2]).toBe(1);
+        expect(await inLine(keys, 'A')).toEqual(OUT_OF_LINE);
+
+        await standInLine(keys, 'W', { process: 'p2' });
+        const behind = (await lockAcquire(keys, {
+          token: 'A',
+          liveness: 3_000,
+          joinOnlyBehindOthers: true,
+        })) as unknown[];
+        expect(behind).toHaveLength(2);
+        expect((await inLine(keys, 'A')).line).toBe(true);
+        expect(await redis().get(keys.lease)).toBe('H');
       });
 
       it('held by the same token (a lost reply, a missed handover): granted again, its lease restarted, out of line', async () => {
@@ -478,11 +504,11 @@ describe('the Lua scripts, each on its own', () => {
         expect(await allMessages()).toEqual([]);
       });
 
-      it('a successor, nobody in line: {1, -1, ms}, its own for the shorter of the handover lease and its ttl, no message, no fence', async () => {
+      it('a successor, nobody in line: {1, -1, ms, 1 (nobody else waits)}, its own for the shorter of the handover lease and its ttl, no message, no fence', async () => {
         const keys = lockKeys();
         await redis().set(keys.lease, 'A', 'PX', 10_000);
         const successor = { token: 'S', jump: false, ttl: 700, request: lockRequestArgs('write') };
-        expect(await lockRelease(keys, 'A', successor)).toEqual([1, -1, 700]);
+        expect(await lockRelease(keys, 'A', successor)).toEqual([1, -1, 700, 1]);
         expect(await redis().get(keys.lease)).toBe('S');
         expect(await redis().pttl(keys.lease)).toBeLessThanOrEqual(700);
         expect(await redis().exists(keys.counter)).toBe(0);
@@ -499,7 +525,8 @@ describe('the Lua scripts, each on its own', () => {
 
         await redis().set(keys.lease, 'B', 'PX', 10_000);
         await standInLine(keys, 'W2');
-        expect(await lockRelease(keys, 'B', { ...successor, jump: true })).toEqual([1, -1, HANDOVER_MS]);
+        // W2 still waits: the reply's last element says so (0).
+        expect(await lockRelease(keys, 'B', { ...successor, jump: true })).toEqual([1, -1, HANDOVER_MS, 0]);
         expect(await redis().get(keys.lease)).toBe('S');
       });
 
@@ -507,7 +534,7 @@ describe('the Lua scripts, each on its own', () => {
         const keys = lockKeys();
         await redis().set(keys.lease, 'A', 'PX', 10_000);
         const successor = { token: 'S', jump: true, ttl: 10_000, request: read };
-        expect(await lockRelease(keys, 'A', successor)).toEqual([1, -1, HANDOVER_MS]);
+        expect(await lockRelease(keys, 'A', successor)).toEqual([1, -1, HANDOVER_MS, 1]);
         expect(await redis().get(keys.lease)).toBe('');
         expect(await redis().zrange(keys.readers, '0', '-1')).toEqual(['S']);
 
@@ -721,6 +748,7 @@ describe('the Lua scripts, each on its own', () => {
           channel: keys.channel,
           fenceCounterTtl: FENCE_COUNTER_TTL,
           process: PROCESS,
+          joinOnlyBehindOthers: false,
           request: semaphoreRequestArgs(limit),
           ...rest,
         }),

@@ -172,7 +172,14 @@ end
 -- A writer refused by readers stands in the line whatever its fairness: the readers that come after it
 -- wait behind it, so that a stream of readers never starves a writer (an unordered one included).
 local inOrder = fair or (not reads and holder == '')
-if liveness > 0 then join(token, inOrder, nowMs, nowMicros, liveness, ttl, reads and (process .. ' r') or process) end
+if liveness > 0 then
+  -- A waiter whose own process holds the lock stays out of an empty line: that holder passes it the
+  -- lock, and nobody of another process waits for it to go first (see joinOnlyBehindOthers).
+  if joinOnlyBehindOthers and redis.call('EXISTS', line) == 0 then
+    return {redis.call('PTTL', lease), lastFence(), 1}
+  end
+  join(token, inOrder, nowMs, nowMicros, liveness, ttl, reads and (process .. ' r') or process)
+end
 return {redis.call('PTTL', lease), lastFence()}
 `,
 );
@@ -250,8 +257,9 @@ if successor and successorFirst(successor, jump and not successorReads) then
     redis.call('SET', lease, successor, 'PX', ms)
     leaveLine(successor)
   end
-  -- Passed without a fence (PASSED_WITHOUT_FENCE), for \`ms\`: the caller tells its successor.
-  return {released, -1, ms}
+  -- Passed without a fence (PASSED_WITHOUT_FENCE), for \`ms\`: the caller tells its successor, and
+  -- whether anybody else still waits in line (1: nobody).
+  return {released, -1, ms, redis.call('EXISTS', line) == 0 and 1 or 0}
 end
 if redis.call('EXISTS', alive) == 1 then passOn(handoverMs, channel) end
 return released

@@ -180,6 +180,13 @@ export interface AttemptOptions {
   /** This waiter joined the line on an earlier attempt (a first attempt has nothing to leave). */
   inLine: boolean;
   /**
+   * Not granted: join the store's line (`keepsLine`) only if a fair waiter stands in it already; with
+   * nobody there, stay out and answer `nobodyInLine`. Asked by a waiter whose own process holds the
+   * lease, which passes it on in the process: only a waiter of another process that came first must
+   * be served first. A store that keeps no line ignores it.
+   */
+  joinOnlyBehindOthers?: boolean;
+  /**
    * The caller's: once it aborts, the caller undoes the attempt (`release` with `undo`), and nothing
    * of this attempt may be sent again after that.
    */
@@ -203,8 +210,10 @@ export interface Successor {
   /**
    * Called by the store before its release returns: with `PASSED_WITHOUT_FENCE` when it handed it the
    * lease (before its turn is told), or 0 when it did not (or failed). Only the first call counts.
+   * `nobodyElseInLine`: a store that keeps a line (`keepsLine`) saw nobody else waiting in it once the
+   * lease was handed over.
    */
-  passed(fence: number): void;
+  passed(fence: number, nobodyElseInLine?: boolean): void;
 }
 
 /** One waiter's view of the releases of one lease (`LockStore.openTurn`). */
@@ -253,6 +262,8 @@ export interface Attempt {
    * this attempt; one at or below it is stale.
    */
   lastFence?: number;
+  /** Not granted, and it stayed out of the store's line: nobody stood in it (`joinOnlyBehindOthers`). */
+  nobodyInLine?: boolean;
   /**
    * Not granted for another reason than a holder: why, for the timeout's message (e.g. Redlock
    * masters still in quarantine, replicas that did not acknowledge the lease).

@@ -86,8 +86,8 @@ export function leaseKeysOf(lease: string, companions: readonly string[], count:
 
 /**
  * One attempt, for the kind's `acquire` script. Reply: 1 when the token holds the lease now (no fence is
- * drawn); else {ms the holder's lease still runs, the last fence issued}. Holding it already counts as
- * granted (a retry after a lost reply, or a waiter that missed its handover message).
+ * drawn); else {ms the holder's lease still runs, the last fence issued}, with a third element 1 when it
+ * stayed out of an empty line (`joinOnlyBehindOthers`). Holding it already counts as granted (a retry after a lost reply, or a waiter that missed its handover message).
  */
 export interface AcquireArgs {
   readonly token: string;
@@ -107,6 +107,8 @@ export interface AcquireArgs {
   readonly fenceCounterTtl: number;
   /** The caller's process: the suffix of the channel it listens on. */
   readonly process: string;
+  /** Not granted: join the line only if a fair waiter stands in it already (`AttemptOptions.joinOnlyBehindOthers`). */
+  readonly joinOnlyBehindOthers: boolean;
   /** The kind's request (`RedisLayout.requestArgs`). */
   readonly request: readonly ScriptArg[];
 }
@@ -122,6 +124,7 @@ export function acquireArgv(args: AcquireArgs): ScriptArg[] {
     args.channel,
     args.fenceCounterTtl,
     args.process,
+    flag(args.joinOnlyBehindOthers),
   ];
   for (const arg of args.request) argv.push(arg);
   return argv;
@@ -130,13 +133,14 @@ export function acquireArgv(args: AcquireArgs): ScriptArg[] {
 export const ACQUIRE_ARGV = `
 local token, ttl, fair, liveness = ARGV[1], ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
 local inLine, handoverMs, channel = ARGV[5] == '1', tonumber(ARGV[6]), ARGV[7]
-local fenceCounterTtl, process, request = ARGV[8], ARGV[9], ARGV[10]
+local fenceCounterTtl, process, joinOnlyBehindOthers, request = ARGV[8], ARGV[9], ARGV[10] == '1', ARGV[11]
 `;
 
 /**
  * A release, for the kind's `release` script. Reply: 1 if the token held the lease, else 0 (and the token
  * leaves the line: a waiter giving up); {that, -1, ms} when the lease went to the successor for ms (no
- * fence is drawn for it: `PASSED_WITHOUT_FENCE`). A lease handed to a waiter lasts the handover lease,
+ * fence is drawn for it: `PASSED_WITHOUT_FENCE`), with a fourth element for a lock: 1 when nobody else
+ * waits in its line then (`Successor.passed`'s `nobodyElseInLine`). A lease handed to a waiter lasts the handover lease,
  * or the waiter's ttl when that is shorter (the successor's, or as a fair waiter asked when it joined).
  */
 export interface ReleaseArgs {

@@ -89,7 +89,7 @@ export class RedisStore implements LockStore {
     request: Request,
     token: string,
     ttl: number,
-    { fair, liveness, inLine, signal }: AttemptOptions,
+    { fair, liveness, inLine, joinOnlyBehindOthers = false, signal }: AttemptOptions,
   ): Promise<Attempt> {
     const lease = this.mainKey(kind, id);
     const argv = acquireArgv({
@@ -102,12 +102,16 @@ export class RedisStore implements LockStore {
       channel: wakeChannelOf(lease),
       fenceCounterTtl: this.options.fenceCounterTtl,
       process: this.wakeUps.process,
+      joinOnlyBehindOthers,
       request: kind.redis.requestArgs(request),
     });
-    // 1 when granted; else [ms the holder's lease still runs, the last fence issued].
+    // 1 when granted; else [ms the holder's lease still runs, the last fence issued, 1 if it stayed out of an empty line].
     const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, argv, signal, lease)) as
-      Integer | [Integer, string];
-    if (Array.isArray(reply)) return { granted: false, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
+      Integer | [Integer, string, Integer?];
+    if (Array.isArray(reply)) {
+      const refused = { granted: false, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
+      return reply[2] === 1 ? { ...refused, nobodyInLine: true } : refused;
+    }
     return this.granted(kind, id, token);
   }
 
@@ -181,15 +185,18 @@ export class RedisStore implements LockStore {
       },
     );
     let handover: Handover | null = null;
+    let nobodyElseInLine = false;
     try {
-      // 0 or 1: whether it was held; [that, PASSED_WITHOUT_FENCE, ms]: handed to the successor for ms.
+      // 0 or 1: whether it was held; [that, PASSED_WITHOUT_FENCE, ms, 1 if nobody else waits in line?]:
+      // handed to the successor for ms.
       const reply = (await this.runScript(kind, 'release', id, kind.redis.release, argv, undefined, lease)) as
-        Integer | [Integer, Integer, Integer];
+        Integer | [Integer, Integer, Integer, Integer?];
       if (!Array.isArray(reply)) return Number(reply) === 1;
       handover = { fence: Number(reply[1]), lease: Number(reply[2]) };
+      nobodyElseInLine = reply[3] === 1;
       return Number(reply[0]) === 1;
     } finally {
-      if (successor !== undefined) this.deliverToSuccessor(kind, id, successor, handover);
+      if (successor !== undefined) this.deliverToSuccessor(kind, id, successor, handover, nobodyElseInLine);
     }
   }
 
@@ -341,8 +348,14 @@ export class RedisStore implements LockStore {
   }
 
   /** Tells `successor` how the release that named it went; a lease it was handed goes to its turn. */
-  private deliverToSuccessor(kind: StoreKind, id: string, successor: Successor, handover: Handover | null): void {
-    successor.passed(handover?.fence ?? 0);
+  private deliverToSuccessor(
+    kind: StoreKind,
+    id: string,
+    successor: Successor,
+    handover: Handover | null,
+    nobodyElseInLine: boolean,
+  ): void {
+    successor.passed(handover?.fence ?? 0, nobodyElseInLine);
     if (handover !== null && !this.wakeUps.handOver(this.channelOf(kind, id), successor.token, handover)) {
       // The successor stopped waiting while the release was on its way: nobody will use its lease.
       this.release(kind, id, successor.token).catch(() => undefined);
