@@ -87,6 +87,8 @@ interface WorkerSummary {
   expires: Record<string, number>;
   /** Draws that failed (the hold went without a fence), by code (LOCK_LOST with its reason). */
   fenceErrors: Record<string, number>;
+  /** Holds that began with a lease from a releasing holder: passed within the process (`process`), or through the store (`store`). */
+  handovers: Record<string, number>;
 }
 
 interface Claim {
@@ -455,6 +457,10 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
       const expires = sumCounts(history.summaries.map((summary) => summary.expires));
       expect(expires.extended).toBeGreaterThan(500);
 
+      // Holders passed the lock to loops of their own process without a command, under the same checks.
+      const handovers = sumCounts(history.summaries.map((summary) => summary.handovers));
+      expect(handovers.process).toBeGreaterThan(0);
+
       // onLockLost is told once per lost lease, as the lease's signal.
       const lostByReason = sumCounts(history.summaries.map((summary) => summary.lost));
       const leasesLost = Object.values(lostByReason).reduce((sum, count) => sum + count, 0);
@@ -483,6 +489,7 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
         leasesLost: formatCounts(lostByReason),
         waitErrors: formatCounts(sumCounts(history.summaries.map((summary) => summary.errors))),
         abortsAfterRelease: history.summaries.reduce((sum, summary) => sum + summary.abortsAfterRelease, 0),
+        handovers: formatCounts(handovers),
         fencesDrawn: formatCounts(fences),
         fenceDrawsFailed: formatCounts(sumCounts(history.summaries.map((summary) => summary.fenceErrors))),
         overlaps: overlaps.length,
@@ -537,6 +544,7 @@ describe('fault suite: leases, fences and fenced work under faults', () => {
       expiresDuringHolds: formatCounts(expires),
       leasesLost: formatCounts(sumCounts(history.summaries.map((summary) => summary.lost))),
       waitErrors: formatCounts(sumCounts(history.summaries.map((summary) => summary.errors))),
+      handovers: formatCounts(sumCounts(history.summaries.map((summary) => summary.handovers))),
       fencesDrawn: formatCounts(fences),
       fenceDrawsFailed: formatCounts(sumCounts(history.summaries.map((summary) => summary.fenceErrors))),
       permitLimitViolations: permitLimit.length,

@@ -210,6 +210,42 @@ describe('OpenTelemetry', () => {
     expect(failed?.events.map((event) => event.name)).toContain('exception');
   });
 
+  it('counts the leases a waiter got from a releasing holder, passed in its process or through the store', async () => {
+    const before = {
+      process: await sum('nest_lock.handovers', { 'nest_lock.kind': 'lock', 'nest_lock.via': 'process' }),
+      store: await sum('nest_lock.handovers', { 'nest_lock.kind': 'lock', 'nest_lock.via': 'store' }),
+    };
+    // Three callers at once: the first takes the key, the next two are passed it here, without a command.
+    await Promise.all([1, 2, 3].map(() => locks.withLock('handovers', () => sleep(5))));
+    // A holder whose token the caller chose passes through the store.
+    const holder = await locks.lock('handovers-own', { token: 'handovers-own-token' });
+    const waiter = locks.lock('handovers-own', { timeout: 5_000 });
+    await sleep(50);
+    await holder.unlock();
+    await (await waiter).unlock();
+
+    expect(await sum('nest_lock.handovers', { 'nest_lock.kind': 'lock', 'nest_lock.via': 'process' })).toBe(
+      before.process + 2,
+    );
+    expect(await sum('nest_lock.handovers', { 'nest_lock.kind': 'lock', 'nest_lock.via': 'store' })).toBe(
+      before.store + 1,
+    );
+  });
+
+  it.each([
+    [
+      'an unordered lock (fair: false)',
+      'lock',
+      () => locks.withLock('unordered-passes', () => sleep(5), { fair: false }),
+    ],
+    ['a permit', 'semaphore', () => semaphores.withPermit('permit-passes', 1, () => sleep(5))],
+  ] as const)('passes %s to a waiter of its process without a command', async (_label, kind, section) => {
+    const attributes = { 'nest_lock.kind': kind, 'nest_lock.via': 'process' };
+    const before = await sum('nest_lock.handovers', attributes);
+    await Promise.all([1, 2, 3].map(() => section()));
+    expect(await sum('nest_lock.handovers', attributes)).toBe(before + 2);
+  });
+
   describe('on the memory store', () => {
     afterEach(() => spanExporter.reset());
 

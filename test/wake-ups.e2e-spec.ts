@@ -169,9 +169,12 @@ describe('wake-ups and fair order on Redis', () => {
 
   it('fair: false: a release wakes one waiter, whichever application it is in, not one per application', async () => {
     const others = await Promise.all([1, 2, 3].map(() => bootLockModule({ redis: server().url, commandTimeout: 200 })));
+    // The holder's application has no waiter of its own: its release goes through Redis (one of its own
+    // would be passed the lock without a command).
+    const holding = await bootLockModule({ redis: server().url, commandTimeout: 200 });
     try {
       const key = uniqueKey('wake-one');
-      const holder = await app().locks.lock(key);
+      const holder = await holding.locks.lock(key);
       // One unordered waiter in each of four applications, none polling within the test.
       const waiters = [app(), ...others].map((each) =>
         each.locks.lock(key, { fair: false, step: 10_000, maxStep: 10_000, timeout: 30_000 }),
@@ -191,7 +194,7 @@ describe('wake-ups and fair order on Redis', () => {
       await first.unlock();
       await Promise.all(waiters.map(async (waiter) => (await waiter) !== first && (await waiter).unlock()));
     } finally {
-      await Promise.all(others.map(closeLockApp));
+      await Promise.all([...others, holding].map(closeLockApp));
     }
   });
 

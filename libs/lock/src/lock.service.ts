@@ -141,7 +141,11 @@ export class LockService implements OnModuleDestroy {
     validateKey('token', token);
     const held = this.engine.leasesOf(lockKind, key, token);
     const newest = held.pop();
-    if (newest === undefined) return this.engine.store.release(lockKind, key, token);
+    if (newest === undefined) {
+      // Passed on in this process since: the lease under that token is another holder's now.
+      if (this.engine.passedOn(lockKind, key, token)) return false;
+      return this.engine.store.release(lockKind, key, token);
+    }
     for (const lease of held) lease.releasedElsewhere();
     newest.lose('taken');
     // Released as its holder would: the next waiter of this process, waiting for a pass, gets it at once.
@@ -158,7 +162,9 @@ export class LockService implements OnModuleDestroy {
     validateKey('token', token);
     validateLeaseTtl(ttl, this.engine.driftOf);
     const held = this.engine.leasesOf(lockKind, key, token).at(-1);
-    return held ? held.expire(ttl) : this.engine.store.extend(lockKind, key, token, ttl);
+    if (held) return held.expire(ttl);
+    if (this.engine.passedOn(lockKind, key, token)) return false;
+    return this.engine.store.extend(lockKind, key, token, ttl);
   }
 
   async isLocked(key: string): Promise<boolean> {

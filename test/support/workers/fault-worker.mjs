@@ -40,6 +40,13 @@
 //   the LOCK server while it holds the lock, so that the list is in the order the server granted the
 //   lock. Prints one JSON line, {fences}, at the end.
 import { NestFactory } from '@nestjs/core';
+import { metrics } from '@opentelemetry/api';
+import {
+  AggregationTemporality,
+  InMemoryMetricExporter,
+  MeterProvider,
+  PeriodicExportingMetricReader,
+} from '@opentelemetry/sdk-metrics';
 import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
 import { LockModule, LockService, SemaphoreService } from '../../../libs/lock/dist/index.js';
@@ -61,7 +68,13 @@ const summary = {
   expires: {},
   /** Draws of a fence that failed (the hold went without one), by code (LOCK_LOST with its reason). */
   fenceErrors: {},
+  /** Holds that began with a lease got from a releasing holder (`nest_lock.handovers`), by how: `process`, `store`. */
+  handovers: {},
 };
+// The library's own count of the leases passed within this process and handed over through the store.
+const metricExporter = new InMemoryMetricExporter(AggregationTemporality.CUMULATIVE);
+const metricReader = new PeriodicExportingMetricReader({ exporter: metricExporter, exportIntervalMillis: 3_600_000 });
+metrics.setGlobalMeterProvider(new MeterProvider({ readers: [metricReader] }));
 process.on('unhandledRejection', (reason) => {
   summary.unhandledRejections++;
   summary.unexpected.push(`unhandled rejection: ${describeError(reason)}`);
@@ -148,6 +161,7 @@ async function runFaultMode() {
   clearInterval(stopPoll);
   await app.close();
   for (const server of lockServers) server.disconnect();
+  summary.handovers = await handoversCounted();
   await resource.hset(`${run}:summaries`, String(process.pid), JSON.stringify(summary));
   resource.disconnect();
   process.stdout.write(`${JSON.stringify(summary)}\n`);
@@ -372,6 +386,22 @@ async function runFaultMode() {
       }
     }
   }
+}
+
+/** `nest_lock.handovers` so far, by `nest_lock.via`. */
+async function handoversCounted() {
+  await metricReader.forceFlush();
+  const scope = metricExporter
+    .getMetrics()
+    .at(-1)
+    ?.scopeMetrics.find((scopeMetrics) => scopeMetrics.scope.name === 'nest-lock');
+  const metric = scope?.metrics.find((candidate) => candidate.descriptor.name === 'nest_lock.handovers');
+  const counts = {};
+  for (const point of metric?.dataPoints ?? []) {
+    const via = point.attributes['nest_lock.via'];
+    counts[via] = (counts[via] ?? 0) + point.value;
+  }
+  return counts;
 }
 
 /**

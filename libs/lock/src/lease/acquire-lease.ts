@@ -29,9 +29,10 @@ interface Place {
 
 /**
  * Takes the lease of `call`. When nobody of this process holds or tries for it, one plain command
- * takes it if it is free (`takeIfFree`); else the caller takes the waiters' path (`waitInLines`).
- * Resolves with the grant, or with how long it waited when the timeout passed; the caller turns that
- * into its kind's error.
+ * takes it if it is free (`takeIfFree`) — the caller first in its process's line meanwhile, so that
+ * callers arriving during that command queue behind it; else the caller takes the waiters' path
+ * (`waitInLines`). Resolves with the grant, or with how long it waited when the timeout passed; the
+ * caller turns that into its kind's error.
  */
 export async function acquireLease<Request>(
   keeping: Pick<LeaseKeeping, 'store' | 'lines' | 'watchdog' | 'releases'>,
@@ -42,39 +43,52 @@ export async function acquireLease<Request>(
   const start = performance.now();
   const token = call.policy.token ?? createOwnerToken();
   const line = lineOf(call.kind, call.id);
-  if (!lines.contended(line) && !keeping.watchdog.holds(call.kind, call.id)) {
-    const taken = await takeIfFree(keeping, call, [call.id], token, start + call.policy.timeout);
-    // Held, for a caller out of time (`timeout: 0`: this was its one attempt) that cannot be the
-    // holder (a fresh token): an attempt now would be refused too.
-    const outOfTime = performance.now() >= start + call.policy.timeout;
-    if (taken === 'held' && outOfTime && call.policy.token === undefined) return { waited: performance.now() - start };
-    if (taken !== undefined && taken !== 'held') return taken;
-  }
+  const uncontended = !lines.contended(line) && !keeping.watchdog.holds(call.kind, call.id);
+  const place = placeOf(keeping.store, call, lines.isBusy(line));
   lines.arrive(line);
+  let leaveLocalLine: (() => void) | undefined;
   try {
-    return await waitInLines(keeping, call, { token, line, start }, commandTimeout);
+    if (uncontended) {
+      leaveLocalLine = place.local ? lines.enterFirst(line) : undefined;
+      const taken = await takeIfFree(keeping, call, [call.id], token, start + call.policy.timeout);
+      // Held, for a caller out of time (`timeout: 0`: this was its one attempt) that cannot be the
+      // holder (a fresh token): an attempt now would be refused too.
+      const outOfTime = performance.now() >= start + call.policy.timeout;
+      if (taken === 'held' && outOfTime && call.policy.token === undefined)
+        return { waited: performance.now() - start };
+      if (taken !== undefined && taken !== 'held') {
+        // A new tenure of this process: the callers that queued meanwhile may be passed the lease.
+        if (leaveLocalLine) lines.won(line, token, taken.sentAt + taken.serverTtl);
+        return taken;
+      }
+    }
+    return await waitInLines(keeping, call, { token, line, start }, place, leaveLocalLine, commandTimeout);
   } finally {
+    leaveLocalLine?.();
     lines.depart(line);
   }
 }
 
 /**
- * The waiters' path: 1. wait for its turn in its process's line, when it queues there; 2. open its turn
- * on the store and say where it waits; 3. take a lease a holder of its process passes it, when one
- * may; 4. else attempt and wait on the store (`waitForLease`): lines, wake-ups, handovers.
+ * The waiters' path: 1. wait for its turn in its process's line, when it queues there (unless it is
+ * first there already: `entered`); 2. open its turn on the store and say where it waits; 3. take a
+ * lease a holder of its process passes it, when one may; 4. else attempt and wait on the store
+ * (`waitForLease`): lines, wake-ups, handovers.
  */
 async function waitInLines<Request>(
   keeping: Pick<LeaseKeeping, 'store' | 'lines'>,
   call: LeaseCall<Request>,
   waiter: Waiter,
+  place: Place,
+  entered: (() => void) | undefined,
   commandTimeout: number,
 ): Promise<LeaseGrant | NotGranted> {
   const { store, lines } = keeping;
   const { kind, id, request, policy } = call;
-  const place = placeOf(store, call, lines.isBusy(waiter.line));
-  const leaveLocalLine = place.local
-    ? await lines.enter(waiter.line, waiter.start + policy.timeout, policy.signal)
-    : undefined;
+  const leaveLocalLine =
+    place.local && entered === undefined
+      ? await lines.enter(waiter.line, waiter.start + policy.timeout, policy.signal)
+      : entered;
   if (leaveLocalLine === null) return { waited: performance.now() - waiter.start };
   const turn = turnOf(store, kind, id, waiter.token);
   if (place.local) lines.waitsOnStore(waiter.line, waiter.token, policy.ttl, request, waiter.start);
@@ -82,9 +96,9 @@ async function waitInLines<Request>(
     ? lines.standsInStoreLine(waiter.line, waiter.token, policy.ttl, request)
     : undefined;
   try {
-    const storeWaiter = new StoreWaiter(keeping, call, waiter.token, waiter.line, turn, commandTimeout);
+    const storeWaiter = new StoreWaiter(keeping, call, waiter.token, waiter.line, waiter.start, turn, commandTimeout);
     // Not for a request that may share the lease: another of its holders may leave now.
-    const passed = place.local && kind.exclusive(request) ? await storeWaiter.passedByHolderHere(waiter.start) : null;
+    const passed = place.local && kind.exclusive(request) ? await storeWaiter.passedByHolderHere() : null;
     if (passed !== null) return passed;
     const timeLeft = Math.max(0, waiter.start + policy.timeout - performance.now());
     const won = await waitForLease(storeWaiter, { ...policy, timeout: timeLeft }, policy.signal);
@@ -113,7 +127,8 @@ function placeOf<Request>(store: LockStore, { kind, request, policy }: LeaseCall
 
 /**
  * The grant of a lease the wait loop won. It began before its answer came: it runs out on the store by
- * now + its ttl there (for one handed over, the lease its releaser wrote).
+ * now + its ttl there (for one handed over, the lease its releaser wrote). One a holder of this process
+ * passed while it paused keeps that holder's store token and tenure.
  */
 function grantOf<Request>(
   { lines }: Pick<LeaseKeeping, 'lines'>,
@@ -125,14 +140,11 @@ function grantOf<Request>(
   const serverTtl = won.serverTtl ?? policy.ttl;
   if (place.local) lines.won(line, token, performance.now() + serverTtl);
   const elapsed = won.elapsed === 0 && !place.queuedBehind ? 0 : performance.now() - start;
-  return {
-    token,
-    ttl: policy.ttl,
-    ...fenceOf(won.fence),
-    sentAt: won.sentAt,
-    serverTtl,
-    elapsed,
-  };
+  const { sentAt, storeToken, tenure } = won;
+  const grant = { token, ownToken: policy.token !== undefined, ttl: policy.ttl, sentAt, serverTtl, elapsed };
+  if (storeToken !== undefined) return { ...grant, storeToken, ...(tenure && { tenure }), handedOver: 'process' };
+  // Handed over by a release, which came with a fence (an attempt draws none).
+  return won.fence === undefined ? grant : { ...grant, ...fenceOf(won.fence), handedOver: 'store' };
 }
 
 function notGranted(start: number, refusal: string | undefined): NotGranted {

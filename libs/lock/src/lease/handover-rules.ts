@@ -40,32 +40,96 @@ export function acceptedHandover(
   return null;
 }
 
-/** Ends a wait for a pass that the release did not make (an abort reason, never thrown to a caller). */
-const NOT_PASSED = Symbol('not passed');
+/**
+ * A lease a holder of this process passes to a waiter of it without a command (`LocalLines.passHere`):
+ * the store's lease as it stands, under the token of the holder that took it from the store.
+ */
+export interface LocalPass {
+  storeToken: string;
+  /** What it was taken asking: passed only to a waiter asking the same. */
+  request: unknown;
+  /** `performance.now()` at which the acquire, or the last extension that succeeded, was sent. */
+  sentAt: number;
+  /** How long the store's lease runs from `sentAt`. */
+  serverTtl: number;
+  /** Its tenure in this process: when it was taken from the store, and how many passes in a row it has made since, this one included. */
+  tenure: Tenure;
+}
+
+/** A lease's time in this process: when it was taken from the store, and the passes without a command since. */
+export interface Tenure {
+  takenAt: number;
+  passes: number;
+}
 
 /**
- * Waits on `turn` for up to `limit` ms for a lease passed on by a release of this process: resolves
- * with it, or `null` when the release did not pass it (`onNotPassed`), on a wake-up, or when the
- * time is up. Rejects with the signal's reason on abort.
+ * Whether a lease that is surely ours until `validUntil` still has enough of its `serverTtl` left to be
+ * passed on within the process: a third, the share a renewal restores and a handover read late must
+ * still have (`acceptedHandover`). Less, and the release goes through the store, whose handover grants
+ * a lease anew.
+ */
+export function leftToPass(validUntil: number, serverTtl: number): boolean {
+  return validUntil - performance.now() >= serverTtl / 3;
+}
+
+/** The releasing holder passed the lease through the store: the waiter's turn is told right after. */
+const PASSED_BY_STORE = Symbol('passed by the store');
+
+/** What a waiter for a pass is told by the releasing holder of its process (`LocalLines.awaitsPass`). */
+export interface PassListener {
+  /** The release did not pass the lease to it. */
+  notPassed(): void;
+  /** The holder passed it its lease, as it stands on the store, without a command: it is the waiter's now. */
+  passedHere(pass: LocalPass): void;
+  /** The holder's release passed it the lease through the store, which tells its turn. */
+  passedByStore(): void;
+}
+
+/**
+ * Waits up to `limit` ms for a lease passed on by a release of this process: resolves with it — a
+ * `LocalPass` when the holder passed it without a command, the `Handover` told on `turn` when its
+ * release passed it through the store — or `null` when the release did not pass it, or when the time
+ * is up. Nothing is subscribed meanwhile: the holder tells the waiter itself. Rejects with the
+ * signal's reason on abort (from then on nothing is passed to it).
  */
 export async function waitForPass(
   turn: Turn,
   limit: number,
-  onNotPassed: (notPassed: (() => void) | undefined) => void,
+  listen: (listener: PassListener | undefined) => void,
   signal?: AbortSignal,
-): Promise<Handover | null> {
-  const ended = new AbortController();
-  const forwardAbort = () => ended.abort(signal!.reason);
-  if (signal?.aborted) throw signal.reason;
-  signal?.addEventListener('abort', forwardAbort, { once: true });
-  onNotPassed(() => ended.abort(NOT_PASSED));
-  try {
-    return await turn.wait({ limit, step: limit }, ended.signal);
-  } catch (error) {
-    if (error === NOT_PASSED) return null;
-    throw error;
-  } finally {
-    signal?.removeEventListener('abort', forwardAbort);
-    onNotPassed(undefined);
-  }
+): Promise<Handover | LocalPass | null> {
+  const told = await toldOfPass(limit, listen, signal);
+  if (told !== PASSED_BY_STORE) return told;
+  return turn.wait({ limit, step: limit }, signal);
+}
+
+/** How the releasing holder said it went (`PassListener`), or `null` after `limit` ms. */
+function toldOfPass(
+  limit: number,
+  listen: (listener: PassListener | undefined) => void,
+  signal?: AbortSignal,
+): Promise<LocalPass | typeof PASSED_BY_STORE | null> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    const stop = () => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', onAbort);
+      listen(undefined);
+    };
+    const end = (outcome: LocalPass | typeof PASSED_BY_STORE | null) => {
+      stop();
+      resolve(outcome);
+    };
+    const onAbort = () => {
+      stop();
+      reject(signal!.reason);
+    };
+    const timer = setTimeout(() => end(null), limit);
+    signal?.addEventListener('abort', onAbort, { once: true });
+    listen({
+      notPassed: () => end(null),
+      passedHere: (pass) => end(pass),
+      passedByStore: () => end(PASSED_BY_STORE),
+    });
+  });
 }

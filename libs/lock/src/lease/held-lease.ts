@@ -2,9 +2,10 @@ import type { LeaseKind } from '../kinds/lease-kind.js';
 import { errorMessage, LockBackendError, LockLostError } from '../lock.errors.js';
 import { type AcquirePolicy, validateLeaseTtl } from '../options/call-options.js';
 import type { LockStore } from '../store/store.js';
-import type { HoldTimer } from '../telemetry/telemetry.js';
-import { type LocalLines, lineOf } from './local-line.js';
+import type { HandedOverVia, HoldTimer } from '../telemetry/telemetry.js';
+import { type LocalLines, lineOf, MAX_PASSES_IN_A_ROW } from './local-line.js';
 import type { ReleaseRetries } from './release-retries.js';
+import { leftToPass, type Tenure } from './handover-rules.js';
 import { checkTtlOn, driftOf } from './store-capabilities.js';
 import type { Watchdog, WatchedLease } from './watchdog.js';
 
@@ -27,6 +28,24 @@ export interface NotGranted {
 /** What the wait loop hands over when a lease is won. */
 export interface LeaseGrant {
   token: string;
+  /**
+   * The token the store holds the lease under, when it is not `token`: a lease a holder of this
+   * process passed on without a command (`LocalPass`) stays under the token of the holder that took it
+   * from the store — the tenure's.
+   */
+  storeToken?: string;
+  /**
+   * The caller chose `token` (the `token` option): the lease is never passed within the process, to it
+   * or from it, so that the store always knows it by that token (it may be used from another process).
+   */
+  ownToken: boolean;
+  /** Passed here without a command: its tenure in this process so far. Else it begins at `sentAt`. */
+  tenure?: Tenure;
+  /**
+   * Got from a releasing holder: passed within the process without a command (`process`), or handed
+   * over by a release through the store (`store`). Absent for a lease an attempt took.
+   */
+  handedOver?: HandedOverVia;
   /** Handed over by a release: the fence it came with. Else drawn when the holder asks (`fence()`). */
   fence?: number;
   /** Milliseconds spent waiting (exactly 0 when it was free). */
@@ -101,8 +120,16 @@ export class HeldLease<Request = unknown> implements WatchedLease {
   /** Handed over for a short lease: the watchdog extends it to `ttl` once, `autoExtend` or not. */
   mustExtend: boolean;
 
+  /** The holder's token: what its users and this process's by-token calls know it by. */
   readonly token: string;
+  /** The token the store holds the lease under (see `LeaseGrant.storeToken`): every store call uses it. */
+  readonly storeToken: string;
   readonly elapsed: number;
+  /** `performance.now()` at which the acquire, or the last extension that succeeded, was sent. */
+  private leaseSentAt: number;
+  private readonly ownToken: boolean;
+  /** Since this process took the lease from the store, and the passes without a command since. */
+  private readonly tenure: Tenure;
 
   constructor(
     readonly kind: LeaseKind<Request>,
@@ -117,13 +144,18 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     private readonly hold: HoldTimer,
   ) {
     this.token = grant.token;
+    this.storeToken = grant.storeToken ?? grant.token;
+    this.ownToken = grant.ownToken;
+    this.leaseSentAt = grant.sentAt;
+    this.tenure = grant.tenure ?? { takenAt: grant.sentAt, passes: 0 };
     this.drawnFence = grant.fence;
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
     this.validUntil = grant.sentAt + grant.serverTtl - driftOf(keeping.store, grant.serverTtl);
     this.extendAt = grant.sentAt + grant.serverTtl / 3;
     this.serverLease = grant.serverTtl;
-    this.mustExtend = grant.serverTtl < grant.ttl;
+    // Shorter than asked (a handover lease), or — passed here by a holder with other settings — longer.
+    this.mustExtend = grant.serverTtl !== grant.ttl;
     keeping.watchdog.track(this);
   }
 
@@ -152,7 +184,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
 
   private async drawFence(): Promise<number> {
     if (this.state === 'held') {
-      const fence = await this.keeping.store.fence(this.kind, this.id, this.token);
+      const fence = await this.keeping.store.fence(this.kind, this.id, this.storeToken);
       if (fence > 0 && this.state === 'held') {
         this.drawnFence = fence;
         return fence;
@@ -204,7 +236,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     const sent = this.extensionSent(ttl);
     let renewed: boolean;
     try {
-      renewed = await this.keeping.store.extend(this.kind, this.id, this.token, ttl);
+      renewed = await this.keeping.store.extend(this.kind, this.id, this.storeToken, ttl);
     } catch (error) {
       sent.answered('failed');
       throw error;
@@ -256,12 +288,14 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     this.hold.end();
     const { store, watchdog, releases, lines } = this.keeping;
     watchdog.untrack(this);
+    const line = lineOf(this.kind, this.id);
+    if (unknownLoss && this.passHere(line)) return true;
     // The first waiter of this process, if any, may take the lease over in the same step (not when
     // retried later: by then it waits in the store's line like any other).
-    const successor = lines.successor(lineOf(this.kind, this.id), this.token);
+    const successor = lines.successor(line, this.token);
     watchdog.releasing();
     try {
-      const released = await store.release(this.kind, this.id, this.token, successor && { successor });
+      const released = await store.release(this.kind, this.id, this.storeToken, successor && { successor });
       // Gone before anyone here knew (a frozen process, its renewal unanswered; another's forceUnlock):
       // the routine ran without it, which its holder is told as of any loss.
       if (!released && unknownLoss) this.reportLoss('taken');
@@ -270,7 +304,8 @@ export class HeldLease<Request = unknown> implements WatchedLease {
       // The server's own expiry comes a little after ours (the drift margin): retrying up to it is harmless.
       const serverDeadline = this.validUntil + driftOf(store, this.leaseTtl);
       if (error instanceof LockBackendError && error.transient) {
-        releases.retry(this, () => store.release(this.kind, this.id, this.token), serverDeadline);
+        const retried = { kind: this.kind, id: this.id, token: this.storeToken };
+        releases.retry(retried, () => store.release(this.kind, this.id, this.storeToken), serverDeadline);
       }
       throw error;
     } finally {
@@ -278,6 +313,21 @@ export class HeldLease<Request = unknown> implements WatchedLease {
       successor?.passed(0);
       watchdog.released();
     }
+  }
+
+  /**
+   * Passes the lease, as it stands on the store, to the waiter of this process whose turn it is, when
+   * one waits for it (`LocalLines.passHere`): no command, the store's lease untouched. Not a lease
+   * whose token the caller chose, nor one with an extension on its way (its answer could shorten the
+   * lease), nor one with less than a third of its lease left (it goes through the store, whose
+   * handover grants a fresh lease), nor one passed 16 times in a row already (the store's line moves on).
+   */
+  private passHere(line: string): boolean {
+    if (this.ownToken || this.extension !== undefined || this.tenure.passes >= MAX_PASSES_IN_A_ROW) return false;
+    if (!leftToPass(this.validUntil, this.serverLease)) return false;
+    const { storeToken, request, leaseSentAt: sentAt, serverLease: serverTtl } = this;
+    const tenure = { takenAt: this.tenure.takenAt, passes: this.tenure.passes + 1 };
+    return this.keeping.lines.passHere(line, this.token, { storeToken, request, sentAt, serverTtl, tenure });
   }
 
   /** Called once it is known that the lease is no longer ours. */
@@ -339,6 +389,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
   private extended(sentAt: number, ttl: number): void {
     this.keeping.lines.extended(lineOf(this.kind, this.id), this.token, performance.now() + ttl);
     this.mustExtend = false;
+    this.leaseSentAt = sentAt;
     this.validUntil = sentAt + ttl - driftOf(this.keeping.store, ttl);
     this.extendAt = sentAt + ttl / 3;
     this.serverLease = ttl;

@@ -60,6 +60,7 @@ export class LeaseEngine implements LeaseKeeping {
       acquireLease(this, call, this.commandTimeout),
     );
     if (!('token' in grant)) return grant;
+    if (grant.handedOver !== undefined) this.telemetry.handedOver(kind.name, grant.handedOver);
     return new call.view(kind, id, call.request, grant, this, call.keep, this.telemetry.startHold(kind.name));
   }
 
@@ -132,6 +133,15 @@ export class LeaseEngine implements LeaseKeeping {
   /** The leases of `kind` on `id` held in this process (by `token`, or by anybody without one), newest last. */
   leasesOf<Request>(kind: LeaseKind<Request>, id: string, token?: string): HeldLease<Request>[] {
     return this.watchdog.leasesOf<HeldLease<Request>>(kind, id, token);
+  }
+
+  /**
+   * Whether `token` is the store's token of a lease of `kind` on `id` that a holder of this process
+   * passed on, without a command, to a holder with another token (`LeaseGrant.storeToken`): a by-token
+   * call with it is its old holder's, and must not touch the new holder's lease.
+   */
+  passedOn<Request>(kind: LeaseKind<Request>, id: string, token: string): boolean {
+    return this.leasesOf(kind, id).some((lease) => lease.storeToken === token && lease.token !== token);
   }
 
   /** The module is closing: no renewal, release retry or report any more. */

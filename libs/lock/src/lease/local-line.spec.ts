@@ -146,7 +146,11 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
     const lines = new LocalLines();
     await lineWithHolder(lines, (wonAt) => wonAt - 1_000);
     let notPassed = 0;
-    lines.onNotPassed(LINE, 'head', () => notPassed++);
+    lines.awaitsPass(LINE, 'head', {
+      notPassed: () => notPassed++,
+      passedHere: () => undefined,
+      passedByStore: () => undefined,
+    });
 
     lines.successor(LINE, 'holder')!.passed(0);
     expect(notPassed).toBe(1);
@@ -169,6 +173,54 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
     leaveFirst();
     leaveFirst();
     expect(lines.successor(LINE, 'holder')).toMatchObject({ token: 'second' });
+  });
+
+  it('passes the lease without a command to the head that waits for a pass and asks the same; else nothing is passed', async () => {
+    const lines = new LocalLines();
+    await lineWithHolder(lines, (wonAt) => wonAt - 1_000);
+    const tenure = { takenAt: performance.now(), passes: 1 };
+    const pass = { storeToken: 'holder', request: 'write', sentAt: performance.now(), serverTtl: 1_000, tenure };
+    const told: unknown[] = [];
+    const listener = {
+      notPassed: () => told.push('not passed'),
+      passedHere: (passed: unknown) => told.push(passed),
+      passedByStore: () => told.push('by store'),
+    };
+
+    // Not listening (it attempts on the store instead): nothing passed.
+    expect(lines.passHere(LINE, 'holder', pass)).toBe(false);
+    lines.awaitsPass(LINE, 'head', listener);
+    // It asked for something else (the head asked `undefined` in lineWithHolder).
+    expect(lines.passHere(LINE, 'holder', pass)).toBe(false);
+    expect(lines.passHere(LINE, 'holder', { ...pass, request: undefined })).toBe(true);
+    expect(told).toEqual([{ ...pass, request: undefined }]);
+    // The head holds it now, one pass into the tenure.
+    lines.won(LINE, 'head', performance.now() + 1_000);
+    expect(lines.heldHere(LINE)).toBe(true);
+  });
+
+  it('lets a head that arrived after the tenure began go ahead once an attempt found nobody in the store’s line', async () => {
+    const lines = new LocalLines();
+    const arrivedAt = (wonAt: number) => wonAt + 1;
+    const { runsOutBy } = await lineWithHolder(lines, arrivedAt);
+    const headArrived = arrivedAt(runsOutBy - 1_000);
+    // Arrived after this process took the lease: it may not, unless nobody of another process waits.
+    expect(lines.expectsPassBy(LINE, 'head')).toBeUndefined();
+    expect(lines.passableIfNobodyWaits(LINE, 'head')).toBe(true);
+    expect(lines.passableIfNobodyWaits(LINE, 'someone-else')).toBe(false);
+
+    // Once an attempt found nobody in the store's line, until the lease leaves the process (a new tenure).
+    lines.nobodyInStoreLine(LINE);
+    expect(lines.expectsPassBy(LINE, 'head')).toBeDefined();
+    expect(headArrived).toBeGreaterThan(runsOutBy - 1_000);
+  });
+
+  it('does not count on a holder whose lease ran out by what this process knows', async () => {
+    const lines = new LocalLines();
+    await lineWithHolder(lines, (wonAt) => wonAt + 1);
+    lines.extended(LINE, 'holder', performance.now() - 1);
+    expect(lines.heldHere(LINE)).toBe(false);
+    expect(lines.passableIfNobodyWaits(LINE, 'head')).toBe(false);
   });
 
   it('counts the callers on the waiters’ path, fair or not: a newcomer joins them rather than try ahead', () => {

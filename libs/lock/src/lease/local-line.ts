@@ -1,5 +1,6 @@
 import type { LeaseKind } from '../kinds/lease-kind.js';
 import type { Successor } from '../store/store.js';
+import type { LocalPass, PassListener } from './handover-rules.js';
 
 interface QueuedWaiter {
   /** Gives the turn to this waiter. */
@@ -18,10 +19,13 @@ interface Head {
   request: unknown;
   /** `performance.now()` at which it started waiting. */
   since: number;
-  /** Set while it waits for a holder of this process to pass it the lease: ends that wait. */
-  notPassed?: () => void;
-  /** The lease a release of this process passed it: its fence, and when that release was sent. */
-  pass?: { fence: number; sentAt: number };
+  /** Set while it waits for a holder of this process to pass it the lease: tells it how that went. */
+  listener?: PassListener;
+  /**
+   * The lease a release of this process passed it: its fence, when that release was sent, and whether
+   * nobody else waited in the store's line then.
+   */
+  pass?: { fence: number; sentAt: number; nobodyElseInLine?: boolean };
 }
 
 /** A strict waiter of this process standing in the store's line. */
@@ -33,12 +37,32 @@ interface StrictWaiter {
   pass?: { fence: number; sentAt: number };
 }
 
+/**
+ * A waiter of this process paused on the store (`StoreWaiter.pause`) that a holder of this process may
+ * pass the lease to without a command: an unordered one (`fair: false`), or one that stands in the
+ * store's line beside others of its process (a permit).
+ */
+export interface PausedWaiter {
+  token: string;
+  request: unknown;
+  /** `performance.now()` at which it started waiting. */
+  since: number;
+  /** It keeps an order (`fair: true`): passed only a lease this process took after it arrived. */
+  ordered: boolean;
+  passedHere(pass: LocalPass): void;
+}
+
 interface Line {
   /** The waiters after the head, in order of arrival. */
   waiting: QueuedWaiter[];
   head?: Head;
   /** `performance.now()` at which this process last took the lease from the store's line (or found it free). */
   tenureStart: number;
+  /**
+   * An attempt during this tenure found nobody in the store's line: every waiter of this process may be
+   * passed the lease ahead of it, within the cohort's bound, whenever it arrived.
+   */
+  lineSeenEmpty: boolean;
   /** Leases passed from one waiter of this process to the next since `tenureStart`. */
   passes: number;
   /** The waiter the last release of this process passed the lease to. */
@@ -53,7 +77,7 @@ interface Line {
  * At most this many times in a row a lease goes from a holder to a waiter of its own process ahead
  * of the store's line: waiters of other processes wait at most that many extra sections.
  */
-const MAX_PASSES_IN_A_ROW = 16;
+export const MAX_PASSES_IN_A_ROW = 16;
 
 /**
  * The fair waiters of one module in this process, per lease, in order of arrival: only the first of
@@ -70,6 +94,8 @@ export class LocalLines {
   private readonly lines = new Map<string, Line>();
   /** The strict waiters of this process standing in the store's line of each lease, oldest first. */
   private readonly strictWaiters = new Map<string, StrictWaiter[]>();
+  /** The waiters of this process paused on the store for each lease that a pass may reach, oldest first. */
+  private readonly paused = new Map<string, PausedWaiter[]>();
   /** How many callers of this process are on the waiters' path of each lease now, fair or not. */
   private readonly trying = new Map<string, number>();
 
@@ -98,16 +124,28 @@ export class LocalLines {
   }
 
   /**
+   * Makes the caller the first of `line`, which nobody of this process is in (`isBusy` is false): its
+   * turn at once, `leave` as from `enter`.
+   */
+  enterFirst(line: string): () => void {
+    this.lines.set(line, {
+      waiting: [],
+      tenureStart: -Infinity,
+      lineSeenEmpty: false,
+      passes: 0,
+      holderRunsOutBy: Infinity,
+    });
+    return this.leaver(line);
+  }
+
+  /**
    * Resolves with `leave` once it is the caller's turn (at once when nobody of this process waits),
    * or with `null` when `deadline` (`performance.now()`) passes first. Rejects on abort. The caller
    * must call `leave()` when it stops waiting, won or not, so that the next one gets its turn.
    */
   enter(line: string, deadline: number, signal?: AbortSignal): Promise<(() => void) | null> {
     const existing = this.lines.get(line);
-    if (existing === undefined) {
-      this.lines.set(line, { waiting: [], tenureStart: -Infinity, passes: 0, holderRunsOutBy: Infinity });
-      return Promise.resolve(this.leaver(line));
-    }
+    if (existing === undefined) return Promise.resolve(this.enterFirst(line));
     const { waiting } = existing;
     return new Promise((resolve, reject) => {
       const onAbort = () => {
@@ -159,9 +197,38 @@ export class LocalLines {
       state.passes++;
     } else {
       state.tenureStart = performance.now();
+      // Passed by a release that saw nobody else in the store's line: as if an attempt had found none.
+      state.lineSeenEmpty = state.head?.token === token && state.head.pass?.nobodyElseInLine === true;
       state.passes = 0;
     }
     state.passedTo = undefined;
+  }
+
+  /**
+   * Whether the head `token` of `line`, which may not count on a pass (`expectsPassBy`), could be passed
+   * the lease here if nobody of another process stood in the store's line ahead of it: a holder of this
+   * process holds it, with passes of this tenure left.
+   */
+  passableIfNobodyWaits(line: string, token: string): boolean {
+    const state = this.lines.get(line);
+    return state?.head?.token === token && this.heldHere(line) && state.passes < MAX_PASSES_IN_A_ROW;
+  }
+
+  /**
+   * An attempt found nobody in the store's line of `line` while a holder of this process held it: from
+   * now until the lease leaves this process, its waiters may be passed the lease ahead of that line
+   * whenever they arrived, within the cohort's bound (`MAX_PASSES_IN_A_ROW`) — which also bounds what a
+   * waiter of another process that joins the line later waits.
+   */
+  nobodyInStoreLine(line: string): void {
+    const state = this.lines.get(line);
+    if (state !== undefined) state.lineSeenEmpty = true;
+  }
+
+  /** Whether a holder of this process holds `line`'s lease now, by the lease it was last known to have. */
+  heldHere(line: string): boolean {
+    const state = this.lines.get(line);
+    return state?.holder !== undefined && performance.now() < state.holderRunsOutBy;
   }
 
   /** The holder `token` of `line` renewed its lease: it runs out on the store by `runsOutBy` now. */
@@ -183,10 +250,69 @@ export class LocalLines {
     return state.holderRunsOutBy;
   }
 
-  /** While the head `token` of `line` waits for a pass: `notPassed` ends that wait if the release does not pass. */
-  onNotPassed(line: string, token: string, notPassed: (() => void) | undefined): void {
+  /** While the head `token` of `line` waits for a pass (`listener` set), the releasing holder tells it how it went. */
+  awaitsPass(line: string, token: string, listener: PassListener | undefined): void {
     const head = this.lines.get(line)?.head;
-    if (head?.token === token) head.notPassed = notPassed;
+    if (head?.token === token) head.listener = listener;
+  }
+
+  /**
+   * A release of `line` by `holder` passes `pass` — the store's lease as it stands, no command — to the
+   * head, when the head waits for a pass from this process (`awaitsPass`), may go ahead of the store's
+   * line (`expectsPassBy`), and asks what the lease was taken for; else to the oldest waiter paused on
+   * the store that asks the same (`pausesOnStore`): unordered, or arrived before this process took the
+   * lease. `false`: nothing was passed.
+   */
+  passHere(line: string, holder: string, pass: LocalPass): boolean {
+    return this.passToHead(line, holder, pass) || this.passToPaused(line, holder, pass);
+  }
+
+  /**
+   * `waiter` pauses on the store for `line` until the returned function is called: a release of this
+   * process may pass it the lease meanwhile (`passHere`).
+   */
+  pausesOnStore(line: string, waiter: PausedWaiter): () => void {
+    const waiters = this.paused.get(line);
+    if (waiters === undefined) this.paused.set(line, [waiter]);
+    else waiters.push(waiter);
+    return () => this.unpause(line, waiter);
+  }
+
+  private passToHead(line: string, holder: string, pass: LocalPass): boolean {
+    const state = this.lines.get(line);
+    const head = state?.head;
+    const listener = head?.listener;
+    if (state === undefined || head === undefined || listener === undefined || head.token === holder) return false;
+    if (head.request !== pass.request || !this.mayJump(state, head)) return false;
+    if (state.holder === holder) state.holder = undefined;
+    state.passedTo = head.token;
+    listener.passedHere(pass);
+    return true;
+  }
+
+  /** To the oldest waiter paused on the store that asks the same, unless it keeps an order the pass would break. */
+  private passToPaused(line: string, holder: string, pass: LocalPass): boolean {
+    const waiter = this.paused
+      .get(line)
+      ?.find(
+        (each) =>
+          each.token !== holder && each.request === pass.request && (!each.ordered || each.since < pass.tenure.takenAt),
+      );
+    if (waiter === undefined) return false;
+    this.unpause(line, waiter);
+    const state = this.lines.get(line);
+    if (state?.holder === holder) state.holder = undefined;
+    if (state !== undefined) state.passedTo = waiter.token;
+    waiter.passedHere(pass);
+    return true;
+  }
+
+  private unpause(line: string, waiter: PausedWaiter): void {
+    const waiters = this.paused.get(line);
+    const index = waiters?.indexOf(waiter) ?? -1;
+    if (waiters === undefined || index < 0) return;
+    if (waiters.length === 1) this.paused.delete(line);
+    else waiters.splice(index, 1);
   }
 
   /**
@@ -206,12 +332,13 @@ export class LocalLines {
       jump,
       ttl: head.ttl,
       request: head.request,
-      passed: firstCallOnly((fence) => {
-        if (fence === 0) return head.notPassed?.();
-        head.pass = { fence, sentAt };
+      passed: firstCallOnly((fence, nobodyElseInLine) => {
+        if (fence === 0) return head.listener?.notPassed();
+        head.pass = { fence, sentAt, nobodyElseInLine };
         // Passed ahead of the line: one more pass of this tenure. Passed as first in line (or with
         // nobody there): as good as taken from the store's line, a new tenure.
         if (jump) state.passedTo = head.token;
+        head.listener?.passedByStore();
       }),
     };
   }
@@ -264,7 +391,8 @@ export class LocalLines {
   }
 
   private mayJump(state: Line, head: Head): boolean {
-    return head.since < state.tenureStart && state.passes < MAX_PASSES_IN_A_ROW;
+    const cameFirst = head.since < state.tenureStart || state.lineSeenEmpty;
+    return cameFirst && state.passes < MAX_PASSES_IN_A_ROW;
   }
 
   private leaver(line: string): () => void {
@@ -288,11 +416,11 @@ export function lineOf(kind: LeaseKind, id: string): string {
 }
 
 /** A successor is told once: by the store during its release, else by the core after it (`HeldLease.release`). */
-function firstCallOnly(passed: (fence: number) => void): (fence: number) => void {
+function firstCallOnly(passed: Successor['passed']): Successor['passed'] {
   let told = false;
-  return (fence) => {
+  return (fence, nobodyElseInLine) => {
     if (told) return;
     told = true;
-    passed(fence);
+    passed(fence, nobodyElseInLine);
   };
 }

@@ -1,5 +1,5 @@
-import type { Attempt, Turn, TurnWait } from '../store/store.js';
-import { acceptedHandover, fenceOf, waitForPass } from './handover-rules.js';
+import type { Attempt, Handover, Turn, TurnWait } from '../store/store.js';
+import { acceptedHandover, fenceOf, type LocalPass, type PassListener, waitForPass } from './handover-rules.js';
 import type { LeaseCall, LeaseGrant, LeaseKeeping } from './held-lease.js';
 import { stillRunsOn, UNDO } from './take-if-free.js';
 import type { HandedLease, LeaseAttempt } from './wait-for-lease.js';
@@ -18,6 +18,10 @@ export class StoreWaiter<Request> implements LeaseAttempt {
    * one at or below it was undone before that attempt ran (it would have found the lease its own).
    */
   private refused = { at: -Infinity, lastFence: Infinity };
+  /** The answer of an attempt that joined the store's line before the wait loop began: its first answer. */
+  private joinedAnswer: Attempt | undefined;
+  /** The store's token of a lease passed here while it paused, until the wait loop takes it. */
+  private passedWhilePaused: string | undefined;
   /** A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over. */
   private readonly liveness: number;
 
@@ -27,6 +31,8 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     private readonly token: string,
     /** Its process's local line of the lease. */
     private readonly line: string,
+    /** `performance.now()` at which its caller asked for the lease. */
+    private readonly start: number,
     /** Opened before the first attempt: a lease handed over while an attempt is on its way is kept. */
     private readonly turn: Turn,
     commandTimeout: number,
@@ -34,10 +40,19 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     this.liveness = 2 * (call.policy.maxStep + commandTimeout);
   }
 
-  async attempt(join: boolean, inLine: boolean): Promise<Attempt> {
+  /** It joined the store's line before the wait loop began (`attemptBehindOthers`): the loop's first answer is that attempt's. */
+  get inLine(): boolean {
+    return this.joinedAnswer !== undefined;
+  }
+
+  async attempt(join: boolean, inLine: boolean, joinOnlyBehindOthers = false): Promise<Attempt> {
+    const joined = this.joinedAnswer;
+    this.joinedAnswer = undefined;
+    if (joined !== undefined && join) return joined;
     const { kind, id, request, policy } = this.call;
     const sentAt = performance.now();
-    const options = { fair: policy.fair !== false, liveness: join ? this.liveness : 0, inLine, signal: policy.signal };
+    const liveness = join ? this.liveness : 0;
+    const options = { fair: policy.fair !== false, liveness, inLine, joinOnlyBehindOthers, signal: policy.signal };
     const answer = await this.keeping.store.acquire(kind, id, request, this.token, policy.ttl, options);
     if (!answer.granted) {
       this.refused = { at: sentAt, lastFence: answer.lastFence ?? 0 };
@@ -50,15 +65,106 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     return { granted: false, retryIn: 0 };
   }
 
+  /**
+   * Waits on its turn (`LeaseAttempt.pause`): a release ends it with a handover, judged by the handover
+   * rules, or wakes it (`null`). Where a holder of this process may pass it the lease meanwhile
+   * (`passableWhilePaused`), such a pass ends it too: the lease as it stands on the store.
+   */
   async pause(wait: TurnWait, signal?: AbortSignal): Promise<HandedLease | null> {
-    const handover = await this.turn.wait(wait, signal);
-    if (handover === null) return null;
-    const passedAt = this.keeping.lines.passSentAt(this.line, this.token, handover.fence);
-    return acceptedHandover({ ...handover, passedAt }, this.refused, this.stillRuns);
+    const pausing = this.passableWhilePaused ? this.pausedForPass(signal) : undefined;
+    try {
+      const handover = await this.waitOnTurn(wait, pausing?.signal ?? signal);
+      if (handover === null) return null;
+      const passedAt = this.keeping.lines.passSentAt(this.line, this.token, handover.fence);
+      return acceptedHandover({ ...handover, passedAt }, this.refused, this.stillRuns);
+    } catch (error) {
+      const passed = pausing?.passed();
+      if (passed === undefined) throw error;
+      // It stood in the store's line, or among its unordered waiters: it leaves, after its attempts.
+      this.leaveLine().catch(() => undefined);
+      // Until the wait loop takes it: a loop that ends without it gives it back (`release`).
+      this.passedWhilePaused = passed.storeToken;
+      return handedHere(passed);
+    } finally {
+      pausing?.stop();
+    }
+  }
+
+  /**
+   * Whether a holder of this process may pass this waiter the lease while it pauses on the store
+   * (`LocalLines.pausesOnStore`): an unordered waiter, or a permit's; not a waiter that queues in its
+   * process's line for a lock alone (the cohort passes it), nor a strict one, a reader, or a token the
+   * caller chose.
+   */
+  private get passableWhilePaused(): boolean {
+    const { kind, request, policy } = this.call;
+    if (policy.token !== undefined || policy.fair === 'strict' || kind.admittedTogether(request)) return false;
+    return policy.fair === false || !kind.exclusive(request);
+  }
+
+  /**
+   * Listens, while paused, for a pass from a holder of this process: `signal` aborts the pause when one
+   * comes (or the caller's own signal does), `passed()` says what was passed, `stop()` stops listening.
+   */
+  private pausedForPass(callerSignal?: AbortSignal) {
+    const { request, policy } = this.call;
+    const ended = new AbortController();
+    const forwardAbort = () => ended.abort(callerSignal!.reason);
+    if (callerSignal?.aborted) forwardAbort();
+    else callerSignal?.addEventListener('abort', forwardAbort, { once: true });
+    let passed: LocalPass | undefined;
+    const waiter = {
+      token: this.token,
+      request,
+      since: this.start,
+      ordered: policy.fair !== false,
+      passedHere: (pass: LocalPass) => {
+        passed = pass;
+        ended.abort(PASSED_WHILE_PAUSED);
+      },
+    };
+    const unpause = this.keeping.lines.pausesOnStore(this.line, waiter);
+    return {
+      signal: ended.signal,
+      passed: () => passed,
+      stop: () => {
+        unpause();
+        callerSignal?.removeEventListener('abort', forwardAbort);
+      },
+    };
+  }
+
+  /**
+   * Waits on its turn. Woken, for a lease held alone, while a holder of this process holds it — by its
+   * subscription standing, which asks the waiter to look again in case a release came first — it waits
+   * on: none came, since that holder's release tells its own process's waiters itself. (A permit's
+   * waiter looks again: another process may have freed another permit.)
+   */
+  private async waitOnTurn(wait: TurnWait, signal?: AbortSignal): Promise<Handover | null> {
+    const until = performance.now() + wait.limit;
+    const heldAloneHere = () => this.call.kind.exclusive(this.call.request) && this.keeping.lines.heldHere(this.line);
+    let handover = await this.turn.wait(wait, signal);
+    while (handover === null && heldAloneHere() && performance.now() < until) {
+      const left = until - performance.now();
+      handover = await this.turn.wait({ limit: left, step: Math.min(wait.step, left) }, signal);
+    }
+    return handover;
+  }
+
+  /**
+   * Undoes an attempt whose answer was lost or is not wanted, or leaves the line; and gives back a lease
+   * a holder of this process passed it while it paused, which the wait loop did not take (it was aborted).
+   */
+  release(): Promise<boolean> {
+    const passed = this.passedWhilePaused;
+    this.passedWhilePaused = undefined;
+    if (passed === undefined) return this.leaveLine();
+    const { kind, id } = this.call;
+    return Promise.all([this.leaveLine(), this.keeping.store.release(kind, id, passed)]).then(([left]) => left);
   }
 
   /** Undoes an attempt whose answer was lost or is not wanted, or leaves the line. */
-  release(): Promise<boolean> {
+  private leaveLine(): Promise<boolean> {
     const { kind, id } = this.call;
     return this.keeping.store.release(kind, id, this.token, UNDO);
   }
@@ -67,30 +173,104 @@ export class StoreWaiter<Request> implements LeaseAttempt {
    * A holder of this process passes the lease to this waiter, which asks to hold it alone, when it
    * releases (see `LocalLines`): wait for that rather than join the store's line, until the holder's
    * lease runs out at the latest (a holder that never releases passes nothing). The release is sent
-   * after this wait began. `null` when nothing was passed in time, or a pass was read after its lease
-   * ran out (a late answer: not taken, the attempts after this find out).
+   * after this wait began, or — a pass without a command (`LocalPass`) — there is none: the lease on the
+   * store is the holder's as it stands. Not for a token the caller chose, which the store must know the
+   * lease by. `null` when nothing was passed in time, or a pass was read after its lease ran out (a late
+   * answer: not taken, the attempts after this find out).
    */
-  async passedByHolderHere(start: number): Promise<LeaseGrant | null> {
+  async passedByHolderHere(): Promise<LeaseGrant | null> {
     const { lines } = this.keeping;
     const { line, token } = this;
     const { policy } = this.call;
+    if (policy.token !== undefined) return null;
+    if (lines.expectsPassBy(line, token) === undefined) {
+      const behindOthers = await this.attemptBehindOthers();
+      if (behindOthers !== undefined) return behindOthers;
+    }
     const passBy = lines.expectsPassBy(line, token);
     if (passBy === undefined) return null;
     const waitStart = performance.now();
-    const limit = Math.max(0, Math.min(policy.maxStep, start + policy.timeout - waitStart, passBy + 1 - waitStart));
-    const onNotPassed = (notPassed: (() => void) | undefined) => lines.onNotPassed(line, token, notPassed);
-    const passed = await waitForPass(this.turn, limit, onNotPassed, policy.signal);
+    const limit = Math.max(
+      0,
+      Math.min(policy.maxStep, this.start + policy.timeout - waitStart, passBy + 1 - waitStart),
+    );
+    const listen = (listener: PassListener | undefined) => lines.awaitsPass(line, token, listener);
+    const passed = await waitForPass(this.turn, limit, listen, policy.signal);
     if (passed === null) return null;
-    if (policy.signal?.aborted) {
-      // Passed as the caller gave up: nobody will use it.
-      await this.release().catch(() => undefined);
-      throw policy.signal.reason;
+    const lease: HandedLease =
+      'storeToken' in passed
+        ? handedHere(passed)
+        : {
+            fence: passed.fence,
+            sentAt: lines.passSentAt(line, token, passed.fence) ?? waitStart,
+            serverTtl: passed.lease,
+          };
+    const storeToken = lease.storeToken ?? token;
+    if (policy.signal?.aborted || !this.stillRuns(lease.sentAt, lease.serverTtl)) {
+      // Passed as the caller gave up (nobody will use it), or read after it ran out.
+      await this.giveBack(storeToken).catch(() => undefined);
+      policy.signal?.throwIfAborted();
+      return null;
     }
-    const sentAt = lines.passSentAt(line, token, passed.fence) ?? waitStart;
-    if (!this.stillRuns(sentAt, passed.lease)) return null;
-    lines.won(line, token, performance.now() + passed.lease);
-    const elapsed = performance.now() - start;
-    return { token, ttl: policy.ttl, ...fenceOf(passed.fence), sentAt, serverTtl: passed.lease, elapsed };
+    lines.won(line, token, lease.sentAt + lease.serverTtl);
+    const elapsed = performance.now() - this.start;
+    const { sentAt, serverTtl, tenure } = lease;
+    const handedOver = lease.storeToken === undefined ? 'store' : 'process';
+    const grant = {
+      token,
+      storeToken,
+      ownToken: false,
+      ttl: policy.ttl,
+      sentAt,
+      serverTtl,
+      elapsed,
+      handedOver,
+    } as const;
+    return { ...grant, ...fenceOf(lease.fence), ...(tenure && { tenure }) };
+  }
+
+  /**
+   * A waiter that arrived after its process took the lease, while a holder of its process holds it and
+   * may pass it on a while yet: one attempt that joins the store's line only behind others
+   * (`joinOnlyBehindOthers`). With nobody there, nobody of another process came first: it, and the
+   * waiters of this process after it, may be passed the lease here within the cohort's bound
+   * (`LocalLines.nobodyInStoreLine`), and `undefined` says so. Else the grant, or `null`: it stands in the store's line, and the wait loop goes on from
+   * that answer. Where the store keeps no line, or the attempt fails, `null` without a word to the store
+   * or the failure: the wait loop attempts anew.
+   */
+  private async attemptBehindOthers(): Promise<LeaseGrant | null | undefined> {
+    const { store, lines } = this.keeping;
+    if (!store.keepsLine || !lines.passableIfNobodyWaits(this.line, this.token)) return null;
+    const { policy } = this.call;
+    const sentAt = performance.now();
+    let answer: Attempt;
+    try {
+      answer = await this.attempt(true, false, true);
+    } catch (error) {
+      if (!policy.signal?.aborted) return null;
+      await this.leaveLine().catch(() => undefined);
+      throw error;
+    }
+    if (answer.nobodyInLine) {
+      lines.nobodyInStoreLine(this.line);
+      return undefined;
+    }
+    if (!answer.granted) {
+      this.joinedAnswer = answer;
+      return null;
+    }
+    lines.won(this.line, this.token, sentAt + policy.ttl);
+    const elapsed = performance.now() - this.start;
+    return { token: this.token, ownToken: false, ttl: policy.ttl, sentAt, serverTtl: policy.ttl, elapsed };
+  }
+
+  /**
+   * Gives back a lease passed to this waiter that it will not hold: one passed through the store as an
+   * attempt is undone; one passed here as the lease it is.
+   */
+  private giveBack(storeToken: string): Promise<boolean> {
+    const { kind, id } = this.call;
+    return storeToken === this.token ? this.leaveLine() : this.keeping.store.release(kind, id, storeToken);
   }
 
   private readonly stillRuns = (sentAt: number, leaseMs: number): boolean =>
@@ -102,10 +282,21 @@ export class StoreWaiter<Request> implements LeaseAttempt {
    */
   private async ranOutOnArrival(sentAt: number, leaseMs: number): Promise<boolean> {
     if (this.stillRuns(sentAt, leaseMs)) return false;
-    await this.release().catch(() => undefined);
+    await this.leaveLine().catch(() => undefined);
     return true;
   }
 }
+
+/**
+ * A lease passed here without a command, as the wait takes it: under the store's token it has, from the
+ * times of its previous holder, with no fence (drawn when its holder asks, like one taken by an attempt).
+ */
+function handedHere({ storeToken, sentAt, serverTtl, tenure }: LocalPass): HandedLease {
+  return { fence: 0, sentAt, serverTtl, storeToken, tenure };
+}
+
+/** Ends a pause on the store when a holder of this process passed the lease (an abort reason, never thrown to a caller). */
+const PASSED_WHILE_PAUSED = Symbol('passed while paused');
 
 /** Why a grant was not taken: its answer came back after its lease had run out by this process's clock. */
 function lateGrant(roundTrip: number, ttl: number): string {

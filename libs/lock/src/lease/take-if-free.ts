@@ -49,7 +49,7 @@ export async function takeIfFree<Request>(
     policy.signal?.throwIfAborted();
     return undefined;
   }
-  return { token, ttl: policy.ttl, sentAt, serverTtl: policy.ttl, elapsed: 0 };
+  return { token, ownToken: policy.token !== undefined, ttl: policy.ttl, sentAt, serverTtl: policy.ttl, elapsed: 0 };
 }
 
 /** The store's one command for free `ids` (one, or all or none), or `undefined` when it has none. */

@@ -1,5 +1,6 @@
 import { LockBackendError } from '../lock.errors.js';
 import type { Attempt, TurnWait } from '../store/store.js';
+import type { Tenure } from './handover-rules.js';
 
 /** How a caller waits: the backoff of `lua-resty-lock`, in milliseconds. */
 export interface WaitPolicy {
@@ -10,6 +11,8 @@ export interface WaitPolicy {
 }
 /** One lease being taken: attempts, waits for a turn, and how to give it back if it is not wanted. */
 export interface LeaseAttempt {
+  /** It stands in the store's line already, before the wait loop's first attempt. */
+  readonly inLine?: boolean;
   /** One attempt; `join`: stay in line (and be woken) if not granted; `inLine`: joined before. */
   attempt(join: boolean, inLine: boolean): Promise<Attempt>;
   /**
@@ -29,6 +32,10 @@ export interface HandedLease {
   sentAt: number;
   /** How long the store's lease runs from `sentAt` (the short handover lease, until it is extended). */
   serverTtl: number;
+  /** Passed here without a command: the token the store holds it under (see `LeaseGrant.storeToken`). */
+  storeToken?: string;
+  /** Passed here without a command: its tenure in this process. */
+  tenure?: Tenure;
 }
 
 /** A lease the wait loop won. */
@@ -41,6 +48,9 @@ export interface WonLease {
   sentAt: number;
   /** Handed over by a release: how long the store's lease runs from `sentAt`; else the ttl asked for. */
   serverTtl?: number;
+  /** Passed here without a command: the token the store holds it under, and its tenure in this process. */
+  storeToken?: string;
+  tenure?: Tenure;
 }
 
 /**
@@ -82,8 +92,10 @@ class WaitLoop {
    * ends without the caller taking the lease, a release is sent after the attempts on the same
    * connection, so that nothing stays held and nobody waits for a waiter that left.
    */
-  private mayHoldUnwanted = false;
+  private mayHoldUnwanted: boolean;
   private won = false;
+  /** It stood in the store's line before its first attempt here. */
+  private readonly joinedBefore: boolean;
 
   constructor(
     private readonly lease: LeaseAttempt,
@@ -92,6 +104,8 @@ class WaitLoop {
   ) {
     this.deadline = this.start + policy.timeout;
     this.step = policy.step;
+    this.joinedBefore = lease.inLine ?? false;
+    this.mayHoldUnwanted = this.joinedBefore;
   }
 
   async run(): Promise<WonLease | null> {
@@ -100,7 +114,7 @@ class WaitLoop {
       this.signal?.throwIfAborted();
       const sentAt = performance.now();
       const join = this.deadline - sentAt > 0;
-      const { answer, failure } = await this.attempt(join, attempts > 1);
+      const { answer, failure } = await this.attempt(join, attempts > 1 || this.joinedBefore);
       if (join) this.mayHoldUnwanted = true;
       if (answer.granted) return this.win({ elapsed: attempts === 1 ? 0 : performance.now() - this.start, sentAt });
       const remaining = this.deadline - performance.now();

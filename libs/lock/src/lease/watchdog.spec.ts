@@ -118,7 +118,15 @@ describe('the watchdog’s decisions (memory store)', () => {
     const engine = await engineOn(store);
     // As a release hands it over: the store holds it for a short handover lease, the holder asked for 1 s.
     await store.acquire(lockKind, 'handed', 'write', 'waiter', 90, { fair: true, liveness: 0, inLine: false });
-    const grant = { token: 'waiter', fence: 7, elapsed: 0, ttl: 1_000, serverTtl: 90, sentAt: performance.now() };
+    const grant = {
+      token: 'waiter',
+      ownToken: false,
+      fence: 7,
+      elapsed: 0,
+      ttl: 1_000,
+      serverTtl: 90,
+      sentAt: performance.now(),
+    };
     const lease = new HeldLease(lockKind, 'handed', 'write', grant, engine, BARE, { end: () => undefined });
 
     await delay(200);

@@ -9,6 +9,8 @@ export interface WatchedLease {
   readonly kind: LeaseKind;
   readonly id: string;
   readonly token: string;
+  /** The token the store holds the lease under (the holder's, unless passed on within the process). */
+  readonly storeToken: string;
   /** The lease length renewals use. */
   readonly ttl: number;
   /** `performance.now()` after which the lease counts as lost unless renewed. */
@@ -180,7 +182,7 @@ export class Watchdog {
   }
 
   private async extendDue(leases: WatchedLease[]): Promise<void> {
-    const extensions = leases.map(({ kind, id, token, ttl }) => ({ kind, id, token, ttl }));
+    const extensions = leases.map(({ kind, id, storeToken, ttl }) => ({ kind, id, token: storeToken, ttl }));
     const sent = leases.map((lease, i) => lease.extensionSent(extensions[i].ttl));
     let answers: (boolean | LockBackendError)[];
     try {

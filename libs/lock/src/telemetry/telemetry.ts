@@ -38,10 +38,14 @@ interface Instruments {
   timeouts: Counter;
   lostLeases: Counter;
   skipped: Counter;
+  handovers: Counter;
   waiters: UpDownCounter;
 }
 
 type AcquireOutcome = 'acquired' | 'timeout' | 'error';
+
+/** How a waiter got a lease from a releasing holder (`nest_lock.handovers`). */
+export type HandedOverVia = 'process' | 'store';
 
 /** Ends the hold time of one lease; only the first call counts. */
 export interface HoldTimer {
@@ -91,6 +95,11 @@ export class LockTelemetry {
         description:
           "Decorated calls that did not run because their lease was held elsewhere or the store was away (onBusy: 'skip')",
         unit: '{call}',
+      }),
+      handovers: meter.createCounter('nest_lock.handovers', {
+        description:
+          'Leases a waiter got from a releasing holder: passed within its process without a command (process), or handed over through the store (store)',
+        unit: '{lease}',
       }),
       waiters: meter.createUpDownCounter('nest_lock.waiters', {
         description: 'Callers of this process waiting for a lock or permit right now',
@@ -162,6 +171,11 @@ export class LockTelemetry {
   /** A decorated call of `kind` skipped (`onBusy: 'skip'`): its lease was held elsewhere (`busy`), or the store away (`unavailable`). */
   skipped(kind: string, reason: SkipReason): void {
     this.instruments?.skipped.add(1, { 'nest_lock.kind': kind, 'nest_lock.reason': reason });
+  }
+
+  /** A waiter of `kind` got its lease from a releasing holder: `process`, passed without a command; `store`, handed over through the store. */
+  handedOver(kind: string, via: HandedOverVia): void {
+    this.instruments?.handovers.add(1, { 'nest_lock.kind': kind, 'nest_lock.via': via });
   }
 
   leaseLost(error: LockLostError): void {
