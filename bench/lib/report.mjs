@@ -82,7 +82,7 @@ export function markdown({ meta, rows, checks, chartFile }) {
 
 function sectionTable(id, rows) {
   const head =
-    '| library | sections/s (min–max) | wait p50 | wait p99 | wait max | fairness | same worker | busy |' +
+    '| library | sections/s (min–max) | wait p50 | wait p99 | wait max | fairness | same worker | busy | within a process | gap within · between |' +
     (id === 'W4' ? ' most inside |' : ' counter · overlap |') +
     ' server cmds / section | round trips / section | client CPU µs / section |';
   const lines = [head, `|${' --- |'.repeat(head.split('|').length - 2)}`];
@@ -92,7 +92,7 @@ function sectionTable(id, rows) {
         ? `${Math.max(...row.runs.map((run) => run.maxInside))}`
         : `${row.runs.every((run) => run.counterExact) ? 'exact' : '**WRONG**'} · ${row.runs.reduce((sum, run) => sum + run.overlaps, 0) === 0 ? 'none' : '**OVERLAP**'}`;
     lines.push(
-      `| ${name(row)} | ${range(row, 'rate')} | ${formatMs(med(row, 'waitP50'))} | ${formatMs(med(row, 'waitP99'))} | ${formatMs(med(row, 'waitMax'))} | ${fairness(med(row, 'fairness'))} | ${pct(med(row, 'sameWorker'))} | ${pct(med(row, 'busy'))} | ${safety} | ${num(med(row, 'serverCommands'), 1)} | ${num(med(row, 'roundTrips'), 1)} | ${int.format(med(row, 'cpuMicros'))} |`,
+      `| ${name(row)} | ${range(row, 'rate')} | ${formatMs(med(row, 'waitP50'))} | ${formatMs(med(row, 'waitP99'))} | ${formatMs(med(row, 'waitMax'))} | ${fairness(med(row, 'fairness'))} | ${pct(med(row, 'sameWorker'))} | ${pct(med(row, 'busy'))} | ${pct(med(row, 'sameProcess'))} | ${formatMs(med(row, 'gapWithin'))} · ${formatMs(med(row, 'gapBetween'))} | ${safety} | ${num(med(row, 'serverCommands'), 1)} | ${num(med(row, 'roundTrips'), 1)} | ${int.format(med(row, 'cpuMicros'))} |`,
     );
   }
   return lines;

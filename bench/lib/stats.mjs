@@ -115,15 +115,21 @@ export function measureSections({ reports, server, t0, tEnd, limit, counter, par
 
   // The worker that released last before a section started: is it the one starting it again?
   const byEnd = [...holds].sort((a, b) => a.end - b.end);
+  // The gap between two holders (the previous one's release to the next one's grant), kept apart for
+  // a handover within one process and one between processes.
   let handovers = 0;
   let sameWorker = 0;
   let sameProcess = 0;
+  const gapsWithin = [];
+  const gapsBetween = [];
   for (const hold of inWindow) {
     const previous = lastEndingBefore(byEnd, hold.start);
     if (!previous) continue;
     handovers++;
     if (previous.who === hold.who) sameWorker++;
-    if (previous.who.split(':')[0] === hold.who.split(':')[0]) sameProcess++;
+    const within = previous.who.split(':')[0] === hold.who.split(':')[0];
+    if (within) sameProcess++;
+    (within ? gapsWithin : gapsBetween).push(hold.start - previous.end);
   }
 
   const client = clientCosts(reports, (report) => report.holds.map((hold) => hold[3]));
@@ -138,6 +144,8 @@ export function measureSections({ reports, server, t0, tEnd, limit, counter, par
     fairness: waitMax / waitP50,
     sameWorker: handovers ? sameWorker / handovers : NaN,
     sameProcess: handovers ? sameProcess / handovers : NaN,
+    gapWithin: quantile(gapsWithin.sort(ascending), 0.5),
+    gapBetween: quantile(gapsBetween.sort(ascending), 0.5),
     busy: occupied(holds, t0, tEnd) / (tEnd - t0) / limit,
     maxInside: maxInside(holds),
     ...overlaps(holds, limit),
