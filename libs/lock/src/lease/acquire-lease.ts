@@ -128,7 +128,7 @@ function placeOf<Request>(store: LockStore, { kind, request, policy }: LeaseCall
 /**
  * The grant of a lease the wait loop won. It began before its answer came: it runs out on the store by
  * now + its ttl there (for one handed over, the lease its releaser wrote). One a holder of this process
- * passed while it paused keeps that holder's store token and tenure.
+ * passed while it paused keeps that holder's store token and count of passes.
  */
 function grantOf<Request>(
   { lines }: Pick<LeaseKeeping, 'lines'>,
@@ -140,9 +140,9 @@ function grantOf<Request>(
   const serverTtl = won.serverTtl ?? policy.ttl;
   if (place.local) lines.won(line, token, performance.now() + serverTtl);
   const elapsed = won.elapsed === 0 && !place.queuedBehind ? 0 : performance.now() - start;
-  const { sentAt, storeToken, tenure } = won;
+  const { sentAt, storeToken, passesInARow } = won;
   const grant = { token, ownToken: policy.token !== undefined, ttl: policy.ttl, sentAt, serverTtl, elapsed };
-  if (storeToken !== undefined) return { ...grant, storeToken, ...(tenure && { tenure }), handedOver: 'process' };
+  if (storeToken !== undefined) return { ...grant, storeToken, passesInARow, handedOver: 'process' };
   // Handed over by a release, which came with a fence (an attempt draws none).
   return won.fence === undefined ? grant : { ...grant, ...fenceOf(won.fence), handedOver: 'store' };
 }

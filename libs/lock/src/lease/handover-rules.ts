@@ -52,14 +52,8 @@ export interface LocalPass {
   sentAt: number;
   /** How long the store's lease runs from `sentAt`. */
   serverTtl: number;
-  /** Its tenure in this process: when it was taken from the store, and how many passes in a row it has made since, this one included. */
-  tenure: Tenure;
-}
-
-/** A lease's time in this process: when it was taken from the store, and the passes without a command since. */
-export interface Tenure {
-  takenAt: number;
-  passes: number;
+  /** The passes without a command it has made in a row since it was taken from the store, this one included. */
+  passesInARow: number;
 }
 
 /**

@@ -5,7 +5,7 @@ import type { LockStore } from '../store/store.js';
 import type { HandedOverVia, HoldTimer } from '../telemetry/telemetry.js';
 import { type LocalLines, lineOf, MAX_PASSES_IN_A_ROW } from './local-line.js';
 import type { ReleaseRetries } from './release-retries.js';
-import { leftToPass, type Tenure } from './handover-rules.js';
+import { leftToPass } from './handover-rules.js';
 import { checkTtlOn, driftOf } from './store-capabilities.js';
 import type { Watchdog, WatchedLease } from './watchdog.js';
 
@@ -39,8 +39,8 @@ export interface LeaseGrant {
    * or from it, so that the store always knows it by that token (it may be used from another process).
    */
   ownToken: boolean;
-  /** Passed here without a command: its tenure in this process so far. Else it begins at `sentAt`. */
-  tenure?: Tenure;
+  /** Passed here without a command: the passes it has made in a row since taken from the store. Else 0. */
+  passesInARow?: number;
   /**
    * Got from a releasing holder: passed within the process without a command (`process`), or handed
    * over by a release through the store (`store`). Absent for a lease an attempt took.
@@ -128,8 +128,8 @@ export class HeldLease<Request = unknown> implements WatchedLease {
   /** `performance.now()` at which the acquire, or the last extension that succeeded, was sent. */
   private leaseSentAt: number;
   private readonly ownToken: boolean;
-  /** Since this process took the lease from the store, and the passes without a command since. */
-  private readonly tenure: Tenure;
+  /** The passes without a command this lease has made in a row since it was taken from the store. */
+  private readonly passesInARow: number;
 
   constructor(
     readonly kind: LeaseKind<Request>,
@@ -147,7 +147,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     this.storeToken = grant.storeToken ?? grant.token;
     this.ownToken = grant.ownToken;
     this.leaseSentAt = grant.sentAt;
-    this.tenure = grant.tenure ?? { takenAt: grant.sentAt, passes: 0 };
+    this.passesInARow = grant.passesInARow ?? 0;
     this.drawnFence = grant.fence;
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
@@ -323,11 +323,11 @@ export class HeldLease<Request = unknown> implements WatchedLease {
    * handover grants a fresh lease), nor one passed 16 times in a row already (the store's line moves on).
    */
   private passHere(line: string): boolean {
-    if (this.ownToken || this.extension !== undefined || this.tenure.passes >= MAX_PASSES_IN_A_ROW) return false;
+    if (this.ownToken || this.extension !== undefined || this.passesInARow >= MAX_PASSES_IN_A_ROW) return false;
     if (!leftToPass(this.validUntil, this.serverLease)) return false;
     const { storeToken, request, leaseSentAt: sentAt, serverLease: serverTtl } = this;
-    const tenure = { takenAt: this.tenure.takenAt, passes: this.tenure.passes + 1 };
-    return this.keeping.lines.passHere(line, this.token, { storeToken, request, sentAt, serverTtl, tenure });
+    const passesInARow = this.passesInARow + 1;
+    return this.keeping.lines.passHere(line, this.token, { storeToken, request, sentAt, serverTtl, passesInARow });
   }
 
   /** Called once it is known that the lease is no longer ours. */

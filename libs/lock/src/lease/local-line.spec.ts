@@ -178,8 +178,13 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
   it('passes the lease without a command to the head that waits for a pass and asks the same; else nothing is passed', async () => {
     const lines = new LocalLines();
     await lineWithHolder(lines, (wonAt) => wonAt - 1_000);
-    const tenure = { takenAt: performance.now(), passes: 1 };
-    const pass = { storeToken: 'holder', request: 'write', sentAt: performance.now(), serverTtl: 1_000, tenure };
+    const pass = {
+      storeToken: 'holder',
+      request: 'write',
+      sentAt: performance.now(),
+      serverTtl: 1_000,
+      passesInARow: 1,
+    };
     const told: unknown[] = [];
     const listener = {
       notPassed: () => told.push('not passed'),

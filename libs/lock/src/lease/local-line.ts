@@ -45,10 +45,11 @@ interface StrictWaiter {
 export interface PausedWaiter {
   token: string;
   request: unknown;
-  /** `performance.now()` at which it started waiting. */
-  since: number;
-  /** It keeps an order (`fair: true`): passed only a lease this process took after it arrived. */
-  ordered: boolean;
+  /**
+   * Whether a pass would overtake nobody: it is unordered (`fair: false`), or stands first in the
+   * store's line (its latest attempt said so).
+   */
+  overtakesNobody(): boolean;
   passedHere(pass: LocalPass): void;
 }
 
@@ -260,8 +261,8 @@ export class LocalLines {
    * A release of `line` by `holder` passes `pass` — the store's lease as it stands, no command — to the
    * head, when the head waits for a pass from this process (`awaitsPass`), may go ahead of the store's
    * line (`expectsPassBy`), and asks what the lease was taken for; else to the oldest waiter paused on
-   * the store that asks the same (`pausesOnStore`): unordered, or arrived before this process took the
-   * lease. `false`: nothing was passed.
+   * the store that asks the same (`pausesOnStore`): unordered, or first in the store's line. `false`:
+   * nothing was passed.
    */
   passHere(line: string, holder: string, pass: LocalPass): boolean {
     return this.passToHead(line, holder, pass) || this.passToPaused(line, holder, pass);
@@ -290,14 +291,11 @@ export class LocalLines {
     return true;
   }
 
-  /** To the oldest waiter paused on the store that asks the same, unless it keeps an order the pass would break. */
+  /** To the oldest waiter paused on the store that asks the same, unless that pass would overtake somebody. */
   private passToPaused(line: string, holder: string, pass: LocalPass): boolean {
     const waiter = this.paused
       .get(line)
-      ?.find(
-        (each) =>
-          each.token !== holder && each.request === pass.request && (!each.ordered || each.since < pass.tenure.takenAt),
-      );
+      ?.find((each) => each.token !== holder && each.request === pass.request && each.overtakesNobody());
     if (waiter === undefined) return false;
     this.unpause(line, waiter);
     const state = this.lines.get(line);

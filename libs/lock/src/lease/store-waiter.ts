@@ -22,6 +22,8 @@ export class StoreWaiter<Request> implements LeaseAttempt {
   private joinedAnswer: Attempt | undefined;
   /** The store's token of a lease passed here while it paused, until the wait loop takes it. */
   private passedWhilePaused: string | undefined;
+  /** Its latest refused attempt found it first in the store's line (see `Attempt.firstInLine`). */
+  private firstInLine = false;
   /** A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over. */
   private readonly liveness: number;
 
@@ -57,6 +59,7 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     if (!answer.granted) {
       this.refused = { at: sentAt, lastFence: answer.lastFence ?? 0 };
       this.refusal = answer.refusal;
+      this.firstInLine = answer.firstInLine === true;
       return answer;
     }
     if (!(await this.ranOutOnArrival(sentAt, policy.ttl))) return answer;
@@ -116,8 +119,7 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     const waiter = {
       token: this.token,
       request,
-      since: this.start,
-      ordered: policy.fair !== false,
+      overtakesNobody: () => policy.fair === false || this.firstInLine,
       passedHere: (pass: LocalPass) => {
         passed = pass;
         ended.abort(PASSED_WHILE_PAUSED);
@@ -214,7 +216,7 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     }
     lines.won(line, token, lease.sentAt + lease.serverTtl);
     const elapsed = performance.now() - this.start;
-    const { sentAt, serverTtl, tenure } = lease;
+    const { sentAt, serverTtl, passesInARow } = lease;
     const handedOver = lease.storeToken === undefined ? 'store' : 'process';
     const grant = {
       token,
@@ -226,7 +228,7 @@ export class StoreWaiter<Request> implements LeaseAttempt {
       elapsed,
       handedOver,
     } as const;
-    return { ...grant, ...fenceOf(lease.fence), ...(tenure && { tenure }) };
+    return { ...grant, ...fenceOf(lease.fence), ...(passesInARow !== undefined && { passesInARow }) };
   }
 
   /**
@@ -291,8 +293,8 @@ export class StoreWaiter<Request> implements LeaseAttempt {
  * A lease passed here without a command, as the wait takes it: under the store's token it has, from the
  * times of its previous holder, with no fence (drawn when its holder asks, like one taken by an attempt).
  */
-function handedHere({ storeToken, sentAt, serverTtl, tenure }: LocalPass): HandedLease {
-  return { fence: 0, sentAt, serverTtl, storeToken, tenure };
+function handedHere({ storeToken, sentAt, serverTtl, passesInARow }: LocalPass): HandedLease {
+  return { fence: 0, sentAt, serverTtl, storeToken, passesInARow };
 }
 
 /** Ends a pause on the store when a holder of this process passed the lease (an abort reason, never thrown to a caller). */

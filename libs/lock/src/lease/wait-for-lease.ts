@@ -1,6 +1,5 @@
 import { LockBackendError } from '../lock.errors.js';
 import type { Attempt, TurnWait } from '../store/store.js';
-import type { Tenure } from './handover-rules.js';
 
 /** How a caller waits: the backoff of `lua-resty-lock`, in milliseconds. */
 export interface WaitPolicy {
@@ -34,8 +33,8 @@ export interface HandedLease {
   serverTtl: number;
   /** Passed here without a command: the token the store holds it under (see `LeaseGrant.storeToken`). */
   storeToken?: string;
-  /** Passed here without a command: its tenure in this process. */
-  tenure?: Tenure;
+  /** Passed here without a command: the passes it has made in a row since taken from the store. */
+  passesInARow?: number;
 }
 
 /** A lease the wait loop won. */
@@ -48,9 +47,9 @@ export interface WonLease {
   sentAt: number;
   /** Handed over by a release: how long the store's lease runs from `sentAt`; else the ttl asked for. */
   serverTtl?: number;
-  /** Passed here without a command: the token the store holds it under, and its tenure in this process. */
+  /** Passed here without a command: the token the store holds it under, and its passes in a row. */
   storeToken?: string;
-  tenure?: Tenure;
+  passesInARow?: number;
 }
 
 /**

@@ -105,12 +105,14 @@ export class RedisStore implements LockStore {
       joinOnlyBehindOthers,
       request: kind.redis.requestArgs(request),
     });
-    // 1 when granted; else [ms the holder's lease still runs, the last fence issued, 1 if it stayed out of an empty line].
+    // 1 when granted; else [ms the holder's lease still runs, the last fence issued, its place: 1 if it
+    // stayed out of an empty line, 2 if it stands first in line].
     const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, argv, signal, lease)) as
       Integer | [Integer, string, Integer?];
     if (Array.isArray(reply)) {
       const refused = { granted: false, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
-      return reply[2] === 1 ? { ...refused, nobodyInLine: true } : refused;
+      if (reply[2] === 1) return { ...refused, nobodyInLine: true };
+      return reply[2] === 2 ? { ...refused, firstInLine: true } : refused;
     }
     return this.granted(kind, id, token);
   }
