@@ -207,17 +207,27 @@ export class StoreWaiter<Request> implements LeaseAttempt {
             sentAt: lines.passSentAt(line, token, passed.fence) ?? waitStart,
             serverTtl: passed.lease,
           };
+    return this.takePassed(lease);
+  }
+
+  /**
+   * The grant of a lease a holder of this process passed it (`handedOver`: without a command, or in its
+   * release's reply). Given back instead when the caller gave up meanwhile (nobody will use it), or when
+   * it was read after it ran out: `null`, the attempts after this find out.
+   */
+  private async takePassed(lease: HandedLease): Promise<LeaseGrant | null> {
+    const { token } = this;
+    const { policy } = this.call;
     const storeToken = lease.storeToken ?? token;
     if (policy.signal?.aborted || !this.stillRuns(lease.sentAt, lease.serverTtl)) {
-      // Passed as the caller gave up (nobody will use it), or read after it ran out.
       await this.giveBack(storeToken).catch(() => undefined);
       policy.signal?.throwIfAborted();
       return null;
     }
-    lines.won(line, token, lease.sentAt + lease.serverTtl);
-    const elapsed = performance.now() - this.start;
+    this.keeping.lines.won(this.line, token, lease.sentAt + lease.serverTtl);
     const { sentAt, serverTtl, passesInARow } = lease;
     const handedOver = lease.storeToken === undefined ? 'store' : 'process';
+    const elapsed = performance.now() - this.start;
     const grant = {
       token,
       storeToken,
