@@ -4,6 +4,7 @@ import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
 import { type LockApp, bootLockModule, closeLockApp, STORE_KINDS, uniqueKey, useLockApp } from './support/lock-app.js';
 import { useRedisClient } from './support/redis-server.js';
+import { until } from './support/timing.js';
 import { killWorker, spawnWorker, startWorker, workerExited } from './support/workers.js';
 import { lockKind, LockStore, RedisStore } from './support/kinds.js';
 
@@ -233,6 +234,92 @@ describe('local passes on Redis', () => {
       const localsBefore = order.indexOf('remote');
       expect(localsBefore).toBeGreaterThan(0); // the first of this process was ahead of it in Redis's line
       expect(localsBefore).toBeLessThanOrEqual(COHORT_BOUND + 1);
+    } finally {
+      await closeLockApp(other);
+    }
+  });
+
+  // Found by an outside review: in the moment between a pass and its new holder's start, a by-token
+  // call with the token the store holds the lease under went to Redis and freed the new holder's lease.
+  it.each(['unlock', 'expire'] as const)(
+    'refuses %s by the tenure token in the same tick as the pass: the new holder keeps the lock',
+    async (call) => {
+      const other = await bootLockModule({ redis: server().url });
+      try {
+        const key = uniqueKey(`tenure-token-${call}`);
+        const { first, second } = await holderAndWaiter(app(), key);
+        const released = first.unlock(); // passes to `second` here, without a command
+        const answer =
+          call === 'unlock'
+            ? await app().locks.unlock(key, first.token)
+            : await app().locks.expire(key, first.token, 30);
+        await released;
+        const passed = await second;
+        await delay(60);
+
+        expect(answer).toBe(false);
+        expect(await other.locks.tryLock(key)).toBeNull();
+        expect(passed.validity).toBeGreaterThan(1_000);
+        // A caller may not ask with that token again either: the store would answer "yours already".
+        await expect(app().locks.tryLock(key, { token: first.token })).rejects.toMatchObject({
+          code: 'INVALID_ARGUMENT',
+          argument: 'token',
+        });
+        await passed.unlock();
+      } finally {
+        await closeLockApp(other);
+      }
+    },
+  );
+
+  // Found by an outside review: a shorter expire() whose answer was lost (Redis frozen past the command
+  // timeout, then applying it) lowered the holder's validity, but its pass gave the next holder the
+  // validity of the lease before it.
+  it('gives the next holder no more validity than its predecessor had, after a shorter expire() whose answer was lost', async () => {
+    const frozen = await bootLockModule({ redis: server().url, commandTimeout: 100 });
+    try {
+      const key = uniqueKey('shortened');
+      const first = frozen.locks.lock(key, { ttl: 9_000 });
+      const second = frozen.locks.lock(key, { ttl: 9_000, timeout: 10_000 });
+      const holder = await first;
+      await holder.expire(9_000); // the extend script is cached
+      server().pause();
+      const shortened = holder.expire(4_000);
+      await expect(shortened).rejects.toMatchObject({ code: 'BACKEND_UNAVAILABLE' });
+      server().resume();
+      await until(
+        'Redis applied the shorter expire',
+        async () => (await redis().pttl(store().keysOf(lockKind, key)[0])) <= 4_000,
+      );
+      const before = holder.validity;
+
+      await holder.unlock();
+      const passed = await second;
+      expect(passed.validity).toBeLessThanOrEqual(before);
+      expect(passed.validity).toBeLessThanOrEqual(await redis().pttl(store().keysOf(lockKind, key)[0]));
+      await passed.unlock();
+    } finally {
+      server().resume();
+      await closeLockApp(frozen);
+    }
+  });
+
+  // Found by an outside review: a permit passed inside the process admitted its new holder beyond its
+  // own limit, another process holding a permit under a higher limit meanwhile. Permits go through Redis.
+  it('admits nobody beyond its own limit: a released permit is not passed to a waiter of a lower limit', async () => {
+    const other = await bootLockModule({ redis: server().url });
+    try {
+      const name = uniqueKey('mixed-limits');
+      const holder = await app().semaphores.acquire(name, 1);
+      const higher = await other.semaphores.acquire(name, 2); // 2 held: within its own limit
+      const waiter = app().semaphores.acquire(name, 1, { timeout: 5_000 });
+      await delay(50);
+
+      await holder.release();
+      const early = await Promise.race([waiter, delay(300).then(() => null)]);
+      expect(early).toBeNull();
+      await higher.release();
+      await (await waiter).release();
     } finally {
       await closeLockApp(other);
     }

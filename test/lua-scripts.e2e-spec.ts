@@ -789,24 +789,12 @@ describe('the Lua scripts, each on its own', () => {
         const reply = (await permitAcquire(keys, { token: 'A', limit: 2, liveness: 2_000, ttl: 5_000 })) as [
           number,
           string,
-          number,
         ];
         expect(reply[0]).toBeGreaterThan(2_000);
         expect(reply[0]).toBeLessThanOrEqual(3_000);
         expect(Number(reply[1])).toBeGreaterThan(SOME_FENCE);
         expect(await inLine(keys, 'A')).toEqual({ line: true, alive: true, waiters: '5000 p1' });
         expect(await redis().hget(keys.limits, 'A')).toBe('2');
-        // Its place: first in line (2), nobody waits ahead of it.
-        expect(reply[2]).toBe(2);
-      });
-
-      it('held, behind a waiter of the line: its place is 0 (somebody waits ahead of it)', async () => {
-        const keys = semaphoreKeys();
-        await hold(keys, { H1: 3_000, H2: 8_000 });
-        await standInLine(keys, 'W', { asked: { key: keys.limits, value: 2 } });
-        const reply = (await permitAcquire(keys, { token: 'A', limit: 2, liveness: 2_000 })) as unknown[];
-        expect(reply[2]).toBe(0);
-        expect((await inLine(keys, 'A')).line).toBe(true);
       });
 
       it('held by the same token: renewed, out of line', async () => {

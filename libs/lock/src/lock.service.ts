@@ -303,6 +303,13 @@ export class LockService implements OnModuleDestroy {
    */
   private refuseOwnTokenInOtherMode(key: string, mode: LockMode, token: string | undefined): void {
     if (token === undefined) return;
+    if (this.engine.passedOn(lockKind, key, token)) {
+      // The store still holds the lock under it for the holder it was passed to: it would answer "yours".
+      throw new InvalidArgumentError(
+        'token',
+        `its lock on "${key}" was released and passed on in this process, which holds it under that token still: ask with a new token`,
+      );
+    }
     const held = this.engine.leasesOf(lockKind, key, token).find((lease) => lease.request !== mode);
     if (held === undefined) return;
     throw new InvalidArgumentError(

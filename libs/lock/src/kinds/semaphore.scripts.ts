@@ -111,10 +111,7 @@ if liveness > 0 then
   outlive(asked, liveness * 2)
 end
 local first = redis.call('ZRANGE', lease, 0, 0, 'WITHSCORES')
--- 2: it stands first in line (nobody waits ahead of it: a permit passed to it within its process
--- overtakes nobody).
-local place = fair and redis.call('ZRANGE', line, 0, 0)[1] == token and 2 or 0
-return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence(), place}
+return {first[2] and (tonumber(first[2]) - nowMs) or 0, lastFence()}
 `,
 );
 

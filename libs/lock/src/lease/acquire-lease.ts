@@ -140,9 +140,9 @@ function grantOf<Request>(
   const serverTtl = won.serverTtl ?? policy.ttl;
   if (place.local) lines.won(line, token, performance.now() + serverTtl);
   const elapsed = won.elapsed === 0 && !place.queuedBehind ? 0 : performance.now() - start;
-  const { sentAt, storeToken, passesInARow } = won;
+  const { sentAt, storeToken, passesInARow, times } = won;
   const grant = { token, ownToken: policy.token !== undefined, ttl: policy.ttl, sentAt, serverTtl, elapsed };
-  if (storeToken !== undefined) return { ...grant, storeToken, passesInARow, handedOver: 'process' };
+  if (storeToken !== undefined) return { ...grant, storeToken, passesInARow, times, handedOver: 'process' };
   // Handed over by a release, which came with a fence (an attempt draws none).
   return won.fence === undefined ? grant : { ...grant, ...fenceOf(won.fence), handedOver: 'store' };
 }

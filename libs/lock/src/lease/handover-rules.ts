@@ -52,6 +52,12 @@ export interface LocalPass {
   sentAt: number;
   /** How long the store's lease runs from `sentAt`. */
   serverTtl: number;
+  /**
+   * `performance.now()` up to which the lease is surely ours, and at which it is renewed next, as its
+   * holder knew them (an extension whose answer was lost may have shortened it: never more than that).
+   */
+  validUntil: number;
+  extendAt: number;
   /** The passes without a command it has made in a row since it was taken from the store, this one included. */
   passesInARow: number;
 }

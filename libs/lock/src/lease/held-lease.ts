@@ -41,6 +41,8 @@ export interface LeaseGrant {
   ownToken: boolean;
   /** Passed here without a command: the passes it has made in a row since taken from the store. Else 0. */
   passesInARow?: number;
+  /** Passed here without a command: its deadline and next renewal as its previous holder knew them. */
+  times?: { validUntil: number; extendAt: number };
   /**
    * Got from a releasing holder: passed within the process without a command (`process`), or handed
    * over by a release through the store (`store`). Absent for a lease an attempt took.
@@ -151,8 +153,9 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     this.drawnFence = grant.fence;
     this.elapsed = Math.round(grant.elapsed);
     this.leaseTtl = grant.ttl;
-    this.validUntil = grant.sentAt + grant.serverTtl - driftOf(keeping.store, grant.serverTtl);
-    this.extendAt = grant.sentAt + grant.serverTtl / 3;
+    this.validUntil =
+      grant.times?.validUntil ?? grant.sentAt + grant.serverTtl - driftOf(keeping.store, grant.serverTtl);
+    this.extendAt = grant.times?.extendAt ?? grant.sentAt + grant.serverTtl / 3;
     this.serverLease = grant.serverTtl;
     // Shorter than asked (a handover lease), or — passed here by a holder with other settings — longer.
     this.mustExtend = grant.serverTtl !== grant.ttl;
@@ -293,6 +296,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     // The first waiter of this process, if any, may take the lease over in the same step (not when
     // retried later: by then it waits in the store's line like any other).
     const successor = lines.successor(line, this.token);
+    lines.leaseLeft(line, this.storeToken);
     watchdog.releasing();
     try {
       const released = await store.release(this.kind, this.id, this.storeToken, successor && { successor });
@@ -325,15 +329,17 @@ export class HeldLease<Request = unknown> implements WatchedLease {
   private passHere(line: string): boolean {
     if (this.ownToken || this.extension !== undefined || this.passesInARow >= MAX_PASSES_IN_A_ROW) return false;
     if (!leftToPass(this.validUntil, this.serverLease)) return false;
-    const { storeToken, request, leaseSentAt: sentAt, serverLease: serverTtl } = this;
+    const { storeToken, request, leaseSentAt: sentAt, serverLease: serverTtl, validUntil, extendAt } = this;
     const passesInARow = this.passesInARow + 1;
-    return this.keeping.lines.passHere(line, this.token, { storeToken, request, sentAt, serverTtl, passesInARow });
+    const pass = { storeToken, request, sentAt, serverTtl, validUntil, extendAt, passesInARow };
+    return this.keeping.lines.passHere(line, this.token, pass);
   }
 
   /** Called once it is known that the lease is no longer ours. */
   lose(reason: LockLostError['reason']): void {
     if (this.state !== 'held') return;
     this.state = 'lost';
+    this.keeping.lines.leaseLeft(lineOf(this.kind, this.id), this.storeToken);
     this.keeping.watchdog.untrack(this);
     this.reportLoss(reason);
   }

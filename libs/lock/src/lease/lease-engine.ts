@@ -5,7 +5,7 @@ import { acquireLease, type LeaseCall, type NotGranted } from './acquire-lease.j
 import { acquireAllIfFree } from './take-if-free.js';
 import { HeldLease, type KeepPolicy, type LeaseKeeping } from './held-lease.js';
 import { type ChainLease, enterHold, heldByChain, type HoldTicket } from './lease-chain.js';
-import { LocalLines } from './local-line.js';
+import { LocalLines, lineOf } from './local-line.js';
 import { createOwnerToken } from './owner-token.js';
 import { ReleaseRetries } from './release-retries.js';
 import { ScheduledLeaves } from './scheduled-leaves.js';
@@ -141,7 +141,7 @@ export class LeaseEngine implements LeaseKeeping {
    * call with it is its old holder's, and must not touch the new holder's lease.
    */
   passedOn<Request>(kind: LeaseKind<Request>, id: string, token: string): boolean {
-    return this.leasesOf(kind, id).some((lease) => lease.storeToken === token && lease.token !== token);
+    return this.lines.isPassedOn(lineOf(kind, id), token);
   }
 
   /** The module is closing: no renewal, release retry or report any more. */

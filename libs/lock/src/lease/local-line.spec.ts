@@ -178,13 +178,9 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
   it('passes the lease without a command to the head that waits for a pass and asks the same; else nothing is passed', async () => {
     const lines = new LocalLines();
     await lineWithHolder(lines, (wonAt) => wonAt - 1_000);
-    const pass = {
-      storeToken: 'holder',
-      request: 'write',
-      sentAt: performance.now(),
-      serverTtl: 1_000,
-      passesInARow: 1,
-    };
+    const now = performance.now();
+    const times = { sentAt: now, serverTtl: 1_000, validUntil: now + 990, extendAt: now + 333 };
+    const pass = { storeToken: 'holder', request: 'write', ...times, passesInARow: 1 };
     const told: unknown[] = [];
     const listener = {
       notPassed: () => told.push('not passed'),
@@ -199,9 +195,14 @@ describe('LocalLines: passing a lease inside the process (the cohort)', () => {
     expect(lines.passHere(LINE, 'holder', pass)).toBe(false);
     expect(lines.passHere(LINE, 'holder', { ...pass, request: undefined })).toBe(true);
     expect(told).toEqual([{ ...pass, request: undefined }]);
-    // The head holds it now, one pass into the tenure.
+    // The head holds it now, one pass into the tenure; the store's token is the first holder's still,
+    // which by-token calls may not use, until the lease leaves the process.
     lines.won(LINE, 'head', performance.now() + 1_000);
     expect(lines.heldHere(LINE)).toBe(true);
+    expect(lines.isPassedOn(LINE, 'holder')).toBe(true);
+    expect(lines.isPassedOn(LINE, 'head')).toBe(false);
+    lines.leaseLeft(LINE, 'holder');
+    expect(lines.isPassedOn(LINE, 'holder')).toBe(false);
   });
 
   it('lets a head that arrived after the tenure began go ahead once an attempt found nobody in the store’s line', async () => {

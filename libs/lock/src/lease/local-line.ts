@@ -39,17 +39,11 @@ interface StrictWaiter {
 
 /**
  * A waiter of this process paused on the store (`StoreWaiter.pause`) that a holder of this process may
- * pass the lease to without a command: an unordered one (`fair: false`), or one that stands in the
- * store's line beside others of its process (a permit).
+ * pass the lease to without a command: an unordered one (`fair: false`), which barges by its contract.
  */
 export interface PausedWaiter {
   token: string;
   request: unknown;
-  /**
-   * Whether a pass would overtake nobody: it is unordered (`fair: false`), or stands first in the
-   * store's line (its latest attempt said so).
-   */
-  overtakesNobody(): boolean;
   passedHere(pass: LocalPass): void;
 }
 
@@ -95,6 +89,11 @@ export class LocalLines {
   private readonly lines = new Map<string, Line>();
   /** The strict waiters of this process standing in the store's line of each lease, oldest first. */
   private readonly strictWaiters = new Map<string, StrictWaiter[]>();
+  /**
+   * The store's tokens of the leases passed on within this process, by line, until the lease leaves it:
+   * the store holds the lease under such a token, but the holder it was made for no longer does.
+   */
+  private readonly passedOnTokens = new Map<string, Set<string>>();
   /** The waiters of this process paused on the store for each lease that a pass may reach, oldest first. */
   private readonly paused = new Map<string, PausedWaiter[]>();
   /** How many callers of this process are on the waiters' path of each lease now, fair or not. */
@@ -260,12 +259,34 @@ export class LocalLines {
   /**
    * A release of `line` by `holder` passes `pass` — the store's lease as it stands, no command — to the
    * head, when the head waits for a pass from this process (`awaitsPass`), may go ahead of the store's
-   * line (`expectsPassBy`), and asks what the lease was taken for; else to the oldest waiter paused on
-   * the store that asks the same (`pausesOnStore`): unordered, or first in the store's line. `false`:
-   * nothing was passed.
+   * line (`expectsPassBy`), and asks what the lease was taken for; else to the oldest unordered waiter
+   * paused on the store that asks the same (`pausesOnStore`). `false`: nothing was passed.
    */
   passHere(line: string, holder: string, pass: LocalPass): boolean {
-    return this.passToHead(line, holder, pass) || this.passToPaused(line, holder, pass);
+    const passed = this.passToHead(line, holder, pass) || this.passToPaused(line, holder, pass);
+    if (passed) this.passedOn(line).add(pass.storeToken);
+    return passed;
+  }
+
+  /**
+   * Whether the store holds a lease of `line` under `token` that was passed on within this process: a
+   * by-token call with it must not touch the lease its holder now holds under another token.
+   */
+  isPassedOn(line: string, token: string): boolean {
+    return this.passedOnTokens.get(line)?.has(token) ?? false;
+  }
+
+  /** The lease the store holds under `storeToken` left this process: released through the store, lost, or given back. */
+  leaseLeft(line: string, storeToken: string): void {
+    const tokens = this.passedOnTokens.get(line);
+    if (tokens === undefined || !tokens.delete(storeToken)) return;
+    if (tokens.size === 0) this.passedOnTokens.delete(line);
+  }
+
+  private passedOn(line: string): Set<string> {
+    let tokens = this.passedOnTokens.get(line);
+    if (tokens === undefined) this.passedOnTokens.set(line, (tokens = new Set()));
+    return tokens;
   }
 
   /**
@@ -291,11 +312,9 @@ export class LocalLines {
     return true;
   }
 
-  /** To the oldest waiter paused on the store that asks the same, unless that pass would overtake somebody. */
+  /** To the oldest waiter paused on the store that asks the same. */
   private passToPaused(line: string, holder: string, pass: LocalPass): boolean {
-    const waiter = this.paused
-      .get(line)
-      ?.find((each) => each.token !== holder && each.request === pass.request && each.overtakesNobody());
+    const waiter = this.paused.get(line)?.find((each) => each.token !== holder && each.request === pass.request);
     if (waiter === undefined) return false;
     this.unpause(line, waiter);
     const state = this.lines.get(line);

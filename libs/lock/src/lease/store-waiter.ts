@@ -22,8 +22,6 @@ export class StoreWaiter<Request> implements LeaseAttempt {
   private joinedAnswer: Attempt | undefined;
   /** The store's token of a lease passed here while it paused, until the wait loop takes it. */
   private passedWhilePaused: string | undefined;
-  /** Its latest refused attempt found it first in the store's line (see `Attempt.firstInLine`). */
-  private firstInLine = false;
   /** A waiter attempts again at least every maxStep (plus a command's time): it stays alive that long, twice over. */
   private readonly liveness: number;
 
@@ -59,7 +57,6 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     if (!answer.granted) {
       this.refused = { at: sentAt, lastFence: answer.lastFence ?? 0 };
       this.refusal = answer.refusal;
-      this.firstInLine = answer.firstInLine === true;
       return answer;
     }
     if (!(await this.ranOutOnArrival(sentAt, policy.ttl))) return answer;
@@ -95,14 +92,13 @@ export class StoreWaiter<Request> implements LeaseAttempt {
 
   /**
    * Whether a holder of this process may pass this waiter the lease while it pauses on the store
-   * (`LocalLines.pausesOnStore`): an unordered waiter, or a permit's; not a waiter that queues in its
-   * process's line for a lock alone (the cohort passes it), nor a strict one, a reader, or a token the
-   * caller chose.
+   * (`LocalLines.pausesOnStore`): an unordered waiter (`fair: false`, barging is its contract) that asks
+   * to hold the lease alone, with a token of its own making. Not a permit's: whether one more permit
+   * fits under this waiter's limit depends on what other processes hold, which only the store knows.
    */
   private get passableWhilePaused(): boolean {
     const { kind, request, policy } = this.call;
-    if (policy.token !== undefined || policy.fair === 'strict' || kind.admittedTogether(request)) return false;
-    return policy.fair === false || !kind.exclusive(request);
+    return policy.token === undefined && policy.fair === false && kind.exclusive(request);
   }
 
   /**
@@ -110,7 +106,7 @@ export class StoreWaiter<Request> implements LeaseAttempt {
    * comes (or the caller's own signal does), `passed()` says what was passed, `stop()` stops listening.
    */
   private pausedForPass(callerSignal?: AbortSignal) {
-    const { request, policy } = this.call;
+    const { request } = this.call;
     const ended = new AbortController();
     const forwardAbort = () => ended.abort(callerSignal!.reason);
     if (callerSignal?.aborted) forwardAbort();
@@ -119,7 +115,6 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     const waiter = {
       token: this.token,
       request,
-      overtakesNobody: () => policy.fair === false || this.firstInLine,
       passedHere: (pass: LocalPass) => {
         passed = pass;
         ended.abort(PASSED_WHILE_PAUSED);
@@ -161,8 +156,7 @@ export class StoreWaiter<Request> implements LeaseAttempt {
     const passed = this.passedWhilePaused;
     this.passedWhilePaused = undefined;
     if (passed === undefined) return this.leaveLine();
-    const { kind, id } = this.call;
-    return Promise.all([this.leaveLine(), this.keeping.store.release(kind, id, passed)]).then(([left]) => left);
+    return Promise.all([this.leaveLine(), this.giveBack(passed)]).then(([left]) => left);
   }
 
   /** Undoes an attempt whose answer was lost or is not wanted, or leaves the line. */
@@ -225,7 +219,7 @@ export class StoreWaiter<Request> implements LeaseAttempt {
       return null;
     }
     this.keeping.lines.won(this.line, token, lease.sentAt + lease.serverTtl);
-    const { sentAt, serverTtl, passesInARow } = lease;
+    const { sentAt, serverTtl, passesInARow, times } = lease;
     const handedOver = lease.storeToken === undefined ? 'store' : 'process';
     const elapsed = performance.now() - this.start;
     const grant = {
@@ -238,7 +232,7 @@ export class StoreWaiter<Request> implements LeaseAttempt {
       elapsed,
       handedOver,
     } as const;
-    return { ...grant, ...fenceOf(lease.fence), ...(passesInARow !== undefined && { passesInARow }) };
+    return { ...grant, ...fenceOf(lease.fence), ...(passesInARow !== undefined && { passesInARow, times }) };
   }
 
   /**
@@ -281,8 +275,10 @@ export class StoreWaiter<Request> implements LeaseAttempt {
    * attempt is undone; one passed here as the lease it is.
    */
   private giveBack(storeToken: string): Promise<boolean> {
+    if (storeToken === this.token) return this.leaveLine();
     const { kind, id } = this.call;
-    return storeToken === this.token ? this.leaveLine() : this.keeping.store.release(kind, id, storeToken);
+    this.keeping.lines.leaseLeft(this.line, storeToken);
+    return this.keeping.store.release(kind, id, storeToken);
   }
 
   private readonly stillRuns = (sentAt: number, leaseMs: number): boolean =>
@@ -303,8 +299,8 @@ export class StoreWaiter<Request> implements LeaseAttempt {
  * A lease passed here without a command, as the wait takes it: under the store's token it has, from the
  * times of its previous holder, with no fence (drawn when its holder asks, like one taken by an attempt).
  */
-function handedHere({ storeToken, sentAt, serverTtl, passesInARow }: LocalPass): HandedLease {
-  return { fence: 0, sentAt, serverTtl, storeToken, passesInARow };
+function handedHere({ storeToken, sentAt, serverTtl, passesInARow, validUntil, extendAt }: LocalPass): HandedLease {
+  return { fence: 0, sentAt, serverTtl, storeToken, passesInARow, times: { validUntil, extendAt } };
 }
 
 /** Ends a pause on the store when a holder of this process passed the lease (an abort reason, never thrown to a caller). */

@@ -35,6 +35,8 @@ export interface HandedLease {
   storeToken?: string;
   /** Passed here without a command: the passes it has made in a row since taken from the store. */
   passesInARow?: number;
+  /** Passed here without a command: its deadline and next renewal as its previous holder knew them. */
+  times?: { validUntil: number; extendAt: number };
 }
 
 /** A lease the wait loop won. */
@@ -47,9 +49,10 @@ export interface WonLease {
   sentAt: number;
   /** Handed over by a release: how long the store's lease runs from `sentAt`; else the ttl asked for. */
   serverTtl?: number;
-  /** Passed here without a command: the token the store holds it under, and its passes in a row. */
+  /** Passed here without a command: the token the store holds it under, its passes in a row, its times. */
   storeToken?: string;
   passesInARow?: number;
+  times?: { validUntil: number; extendAt: number };
 }
 
 /**

@@ -265,12 +265,6 @@ export interface Attempt {
   /** Not granted, and it stayed out of the store's line: nobody stood in it (`joinOnlyBehindOthers`). */
   nobodyInLine?: boolean;
   /**
-   * Not granted, and it stands first in the store's line: nobody waits ahead of it (a store that keeps
-   * a line may say so; on Redis, a permit's attempt does). A lease passed to it in its process then
-   * overtakes nobody.
-   */
-  firstInLine?: boolean;
-  /**
    * Not granted for another reason than a holder: why, for the timeout's message (e.g. Redlock
    * masters still in quarantine, replicas that did not acknowledge the lease).
    */

@@ -86,9 +86,8 @@ export function leaseKeysOf(lease: string, companions: readonly string[], count:
 
 /**
  * One attempt, for the kind's `acquire` script. Reply: 1 when the token holds the lease now (no fence is
- * drawn); else {ms the holder's lease still runs, the last fence issued}, with a third element, its place:
- * 1 when it stayed out of an empty line (`joinOnlyBehindOthers`; a lock's), 2 when it stands first in
- * line (a permit's). Holding it already counts as granted (a retry after a lost reply, or a waiter that missed its handover message).
+ * drawn); else {ms the holder's lease still runs, the last fence issued}, with a third element 1 when it
+ * stayed out of an empty line (`joinOnlyBehindOthers`; a lock's). Holding it already counts as granted (a retry after a lost reply, or a waiter that missed its handover message).
  */
 export interface AcquireArgs {
   readonly token: string;

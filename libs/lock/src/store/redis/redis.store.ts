@@ -105,14 +105,13 @@ export class RedisStore implements LockStore {
       joinOnlyBehindOthers,
       request: kind.redis.requestArgs(request),
     });
-    // 1 when granted; else [ms the holder's lease still runs, the last fence issued, its place: 1 if it
-    // stayed out of an empty line, 2 if it stands first in line].
+    // 1 when granted; else [ms the holder's lease still runs, the last fence issued, 1 if it stayed out
+    // of an empty line].
     const reply = (await this.runScript(kind, 'acquire', id, kind.redis.acquire, argv, signal, lease)) as
       Integer | [Integer, string, Integer?];
     if (Array.isArray(reply)) {
       const refused = { granted: false, retryIn: leaseRunsOutIn(reply[0]), lastFence: Number(reply[1]) };
-      if (reply[2] === 1) return { ...refused, nobodyInLine: true };
-      return reply[2] === 2 ? { ...refused, firstInLine: true } : refused;
+      return reply[2] === 1 ? { ...refused, nobodyInLine: true } : refused;
     }
     return this.granted(kind, id, token);
   }
