@@ -277,24 +277,25 @@ describe('the Lua scripts, each on its own', () => {
     });
   });
 
+  /** An attempt's arguments as the tests' callers send them, but for the token and the request. */
+  const attemptDefaults = (keys: Keys) => ({
+    ttl: 10_000,
+    fair: true,
+    liveness: 0,
+    inLine: false,
+    handoverMs: HANDOVER_MS,
+    channel: keys.channel,
+    fenceCounterTtl: FENCE_COUNTER_TTL,
+    process: PROCESS,
+    joinOnlyBehindOthers: false,
+  });
+
   describe('the lock scripts', () => {
     const lockAcquire = (keys: Keys, fields: Partial<AcquireArgs> & { token: string }) =>
       evalScript(
         acquireLockScript,
         keysFor(acquireLockScript, keys, LOCK_KEYS.companions),
-        acquireArgv({
-          ttl: 10_000,
-          fair: true,
-          liveness: 0,
-          inLine: false,
-          handoverMs: HANDOVER_MS,
-          channel: keys.channel,
-          fenceCounterTtl: FENCE_COUNTER_TTL,
-          process: PROCESS,
-          joinOnlyBehindOthers: false,
-          request: lockRequestArgs('write'),
-          ...fields,
-        }),
+        acquireArgv({ ...attemptDefaults(keys), request: lockRequestArgs('write'), ...fields }),
       );
     const read = lockRequestArgs('read');
     const lockRelease = (keys: Keys, token: string, successor?: SuccessorArgs) =>
@@ -739,19 +740,7 @@ describe('the Lua scripts, each on its own', () => {
       return on(
         acquirePermitScript,
         keys,
-        acquireArgv({
-          ttl: 10_000,
-          fair: true,
-          liveness: 0,
-          inLine: false,
-          handoverMs: HANDOVER_MS,
-          channel: keys.channel,
-          fenceCounterTtl: FENCE_COUNTER_TTL,
-          process: PROCESS,
-          joinOnlyBehindOthers: false,
-          request: semaphoreRequestArgs(limit),
-          ...rest,
-        }),
+        acquireArgv({ ...attemptDefaults(keys), request: semaphoreRequestArgs(limit), ...rest }),
       );
     };
     const permitRelease = (keys: Keys, token: string, successor?: ReleaseArgs['successor']) =>
