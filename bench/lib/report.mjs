@@ -29,7 +29,7 @@ export function markdown({ meta, rows, checks, chartFile }) {
   ];
 
   if (checks.length) {
-    lines.push('## Acceptance (issue 21): nest-lock against the best anchor of this run', '');
+    lines.push('## Acceptance (issue 31): nest-lock against the best anchor of this run', '');
     lines.push(
       '| workload | point | nest-lock | best anchor | ratio | target | result |',
       '| --- | --- | --- | --- | --- | --- | --- |',
@@ -136,6 +136,7 @@ function formatMetric(metric, value, percent) {
   if (metric === 'rate') return int.format(value);
   if (metric?.startsWith('wait')) return formatMs(value);
   if (metric === 'fairness') return fairness(value);
+  if (metric === 'cpuMicros') return `${num(value, 0)} µs`;
   return num(value, 1);
 }
 
@@ -166,7 +167,7 @@ const HEADLINE_END = '<!-- /headline -->';
 
 /** A few lines for the terminal: the acceptance points, pass or fail. */
 export function consoleSummary(checks) {
-  const lines = ['', 'nest-lock against the best anchor of this run (issue 21 acceptance):'];
+  const lines = ['', 'nest-lock against the best anchor of this run (issue 31 acceptance):'];
   for (const check of checks) {
     const ratio = Number.isFinite(check.ratio)
       ? ` = ${check.ratio.toFixed(2)}× (${check.anchor} ${formatMetric(check.metric, check.anchorValue)})`
