@@ -21,7 +21,14 @@ const layers = {
     `${src}/http/**`,
   ],
   // Every `*.service.ts` at the top: a new facade is in its layer without a word here.
-  services: [`${src}/*.service.ts`, `${src}/held-*.ts`, `${src}/local-semaphore*.ts`, `${src}/live-services.ts`],
+  services: [
+    `${src}/*.service.ts`,
+    `${src}/held-*.ts`,
+    `${src}/local-semaphore*.ts`,
+    `${src}/live-services.ts`,
+    // Leader election: a service built on LockService's public API.
+    `${src}/leader/**`,
+  ],
   core: [`${src}/lease/**`],
   kinds: [`${src}/kinds/**`],
   stores: [`${src}/store/**`],

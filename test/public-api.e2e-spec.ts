@@ -7,6 +7,8 @@ describe("the package's public entry", () => {
       'LockModule',
       'LockService',
       'SemaphoreService',
+      'LeaderService',
+      'LeaderOnly',
       'LocalSemaphore',
       'LocalPermit',
       'WithLock',

@@ -32,6 +32,10 @@ export { currentLock, type LockInspection, LockService } from './lock.service.js
 export { currentPermit, LocalPermit, type PermitHolder, SemaphoreService } from './semaphore.service.js';
 export { WithLock, type WithLockOptions } from './decorators/with-lock.decorator.js';
 export { Semaphore, type SemaphoreDecoratorOptions } from './decorators/semaphore.decorator.js';
+export { LeaderService } from './leader/leader.service.js';
+export type { Leadership } from './leader/campaign.js';
+export type { CampaignOptions } from './leader/campaign-options.js';
+export { LeaderOnly, type LeaderOnlyOptions } from './decorators/leader-only.decorator.js';
 export type { KeyTemplate } from './decorators/key-template.js';
 export type { OnBusy } from './decorators/guarded-method.js';
 export {

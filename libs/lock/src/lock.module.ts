@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
 import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
-import { APP_INTERCEPTOR } from '@nestjs/core';
+import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { LockInterceptor } from './http/lock.interceptor.js';
+import { LeaderService } from './leader/leader.service.js';
 import { LeaseEngine } from './lease/lease-engine.js';
 import { Watchdog } from './lease/watchdog.js';
 import { createLockLogger } from './lock-logger.js';
@@ -23,6 +24,8 @@ import { LockTelemetry } from './telemetry/telemetry.js';
 const SHUTDOWN_GRACE_MS = 5_000;
 
 @Module({
+  // LeaderService finds the `@LeaderOnly` methods of the application's providers at bootstrap.
+  imports: [DiscoveryModule],
   providers: [
     {
       provide: LOCK_OPTIONS,
@@ -34,10 +37,11 @@ const SHUTDOWN_GRACE_MS = 5_000;
     { provide: LockTelemetry, useFactory: () => LockTelemetry.create() },
     LockService,
     SemaphoreService,
+    LeaderService,
     // nest-lock's errors as HTTP answers wherever they surface in a request (off with httpErrors: false).
     { provide: APP_INTERCEPTOR, useClass: LockInterceptor },
   ],
-  exports: [LockService, SemaphoreService, LockStore, LOCK_OPTIONS],
+  exports: [LockService, SemaphoreService, LeaderService, LockStore, LOCK_OPTIONS],
 })
 export class LockModule extends ConfigurableModuleClass implements OnApplicationShutdown {
   constructor(

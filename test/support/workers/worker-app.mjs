@@ -3,7 +3,7 @@
 import { NestFactory } from '@nestjs/core';
 import { Cluster, Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
-import { LockModule, LockService, SemaphoreService } from '../../../libs/lock/dist/index.js';
+import { LeaderService, LockModule, LockService, SemaphoreService } from '../../../libs/lock/dist/index.js';
 
 /**
  * `target`: a redis:// URL, `cluster:<host:port>,…` for a Redis Cluster (the module connects with
@@ -16,6 +16,7 @@ export async function startWorkerApp(target) {
   return {
     locks: app.get(LockService),
     semaphores: app.get(SemaphoreService),
+    leaders: app.get(LeaderService),
     redis,
     async close() {
       redis.disconnect();

@@ -24,7 +24,10 @@ export type GuardDecorator = <T extends GuardableMethod>(
  * What one call of a decorated method must hold: entering joins the lease the call chain holds or
  * waits for a new one (the services' `enter`), and the ticket's `leave()` gives it back.
  */
-export type MethodGuard = (signal?: AbortSignal) => Promise<HoldTicket<ChainLease> | typeof SKIPPED>;
+export type MethodGuard = (signal?: AbortSignal) => Promise<GuardTicket | typeof SKIPPED>;
+
+/** What a decorated call holds while it runs: a lease's ticket, or (`@LeaderOnly`) nothing to give back. */
+export type GuardTicket = Pick<HoldTicket<ChainLease>, 'run' | 'leave'>;
 
 /** What a guard gives instead of a ticket when the call is skipped: its lease was held elsewhere (`onBusy: 'skip'`). */
 export const SKIPPED = null;
@@ -154,11 +157,11 @@ async function guardedCall(guardOf: () => MethodGuard, call: () => unknown): Pro
 function guardedObservable(guardOf: () => MethodGuard, call: () => ObservableInput<unknown>): Observable<unknown> {
   return new Observable<unknown>((subscriber) => {
     const abort = new AbortController();
-    let ticket: HoldTicket<ChainLease> | undefined;
+    let ticket: GuardTicket | undefined;
     let inner: { unsubscribe(): void } | undefined;
     // Entered synchronously on subscription (a promise's executor runs at once, and turns a throw
     // into a rejection), so that a subscription inside a holder joins its lease.
-    new Promise<HoldTicket<ChainLease> | typeof SKIPPED>((resolve) => resolve(guardOf()(abort.signal))).then(
+    new Promise<GuardTicket | typeof SKIPPED>((resolve) => resolve(guardOf()(abort.signal))).then(
       (entered) => {
         if (entered === SKIPPED) return subscriber.complete();
         ticket = entered;

@@ -4,7 +4,7 @@ import { errorMessage, type LockLostError } from '../lock.errors.js';
 type OpenTelemetryApi = typeof import('@opentelemetry/api');
 
 /** Why a decorated call with `onBusy: 'skip'` did not run: its lease was held elsewhere, or the store was away. */
-export type SkipReason = 'busy' | 'unavailable';
+export type SkipReason = 'busy' | 'unavailable' | 'not-leader';
 
 /** A decorated call that did not run (`onBusy: 'skip'`): why, counted by `reason` and logged with `detail`. */
 export interface Skip {

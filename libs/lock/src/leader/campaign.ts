@@ -1,0 +1,202 @@
+import type { Lock } from '../held-lock.js';
+import { errorMessage, LockLostError, LockTimeoutError } from '../lock.errors.js';
+import type { LockLogger } from '../lock-logger.js';
+import type { LockService } from '../lock.service.js';
+import { sleep } from '../util/sleep.js';
+import type { ResolvedCampaignOptions } from './campaign-options.js';
+
+/** One process's campaign for a name, as `LeaderService.campaign` returns it. */
+export interface Leadership {
+  /** The name campaigned for. */
+  readonly name: string;
+  /**
+   * Whether this process leads now: it holds the name's lease and, by its own clock, the lease has
+   * not run out (a process frozen past its lease reads `false` the moment it runs again).
+   */
+  readonly isLeader: boolean;
+  /**
+   * The term of the current leadership — a fence of the name's lock: strictly above the term of
+   * every earlier leader, in any process — or `undefined` when this process does not lead. Write it
+   * beside what the leader writes, and refuse writes with a lower term than the highest seen.
+   */
+  readonly term: number | undefined;
+  /** Of the current leadership: aborts (with a `LockLostError`) the moment it is lost or resigned; `undefined` when not leading. */
+  readonly signal: AbortSignal | undefined;
+  /** Resolves once this process leads (at once if it does); rejects if the campaign is resigned first. */
+  whenLeader(): Promise<void>;
+  /** Stops campaigning: gives the leadership up if it holds it (the next leader is woken at once). */
+  resign(): Promise<void>;
+}
+
+/** A leadership while it lasts: the name's lock, its term, and the signal users see. */
+interface Tenure {
+  readonly lock: Lock;
+  readonly term: number;
+  readonly ended: AbortController;
+}
+
+/**
+ * Campaigns for `name` through the public lock API until resigned: waits in the line of the name's
+ * lock (woken when the leader releases it), leads while it holds it (renewed by the watchdog, lost
+ * by its signal), and campaigns again after losing it or after the store failed — no restart needed.
+ */
+export class Campaign implements Leadership {
+  private tenure?: Tenure;
+  private readonly stopping = new AbortController();
+  private readonly electionWaiters = new Set<{ resolve(): void; reject(error: unknown): void }>();
+  /** The store failure last logged while campaigning, until an attempt gets an answer again. */
+  private storeTrouble?: string;
+  private readonly finished: Promise<void>;
+
+  constructor(
+    readonly name: string,
+    private readonly key: string,
+    private readonly locks: LockService,
+    readonly settings: ResolvedCampaignOptions,
+    private readonly logger: LockLogger,
+  ) {
+    // Every step catches what it expects; anything else ends the campaign with a line in the log.
+    this.finished = this.campaign().catch((error: unknown) =>
+      this.logger.error(`Campaign for "${name}" stopped: ${errorMessage(error)}`),
+    );
+  }
+
+  get isLeader(): boolean {
+    const tenure = this.tenure;
+    return tenure !== undefined && !tenure.ended.signal.aborted && tenure.lock.validity > 0;
+  }
+
+  get term(): number | undefined {
+    return this.isLeader ? this.tenure?.term : undefined;
+  }
+
+  get signal(): AbortSignal | undefined {
+    return this.tenure?.ended.signal;
+  }
+
+  whenLeader(): Promise<void> {
+    if (this.isLeader) return Promise.resolve();
+    if (this.stopping.signal.aborted) return Promise.reject(this.resignation());
+    return new Promise((resolve, reject) => this.electionWaiters.add({ resolve, reject }));
+  }
+
+  async resign(): Promise<void> {
+    if (!this.stopping.signal.aborted) this.stopping.abort(this.resignation());
+    await this.finished;
+  }
+
+  private async campaign(): Promise<void> {
+    while (!this.stopping.signal.aborted) {
+      const lock = await this.attempt();
+      const term = lock && (await this.drawTerm(lock));
+      if (lock === undefined || term === undefined) continue;
+      await this.lead(lock, term);
+    }
+    for (const waiter of this.electionWaiters) waiter.reject(this.resignation());
+    this.electionWaiters.clear();
+  }
+
+  /** One wait in the name's line: the lock, or `undefined` (another leads, resigned, or the store failed). */
+  private async attempt(): Promise<Lock | undefined> {
+    const { ttl, timeout, retryDelay } = this.settings;
+    try {
+      const lock = await this.locks.lock(this.key, { ttl, timeout, autoExtend: true, signal: this.stopping.signal });
+      this.storeAnswers();
+      return this.stopping.signal.aborted ? this.giveBack(lock) : lock;
+    } catch (error) {
+      if (this.stopping.signal.aborted) return undefined;
+      // Waited a whole attempt while another led: wait again at once. (A refusal is the store's trouble.)
+      if (error instanceof LockTimeoutError && error.refusal === undefined) {
+        this.storeAnswers();
+        return undefined;
+      }
+      this.storeFails(error);
+      await sleep(retryDelay, this.stopping.signal).catch(() => undefined);
+      return undefined;
+    }
+  }
+
+  /** The term of a new leadership: the lock's fence. Without one, the lock is given back. */
+  private async drawTerm(lock: Lock): Promise<number | undefined> {
+    try {
+      const term = await lock.fence();
+      return this.stopping.signal.aborted ? this.giveBack(lock) : term;
+    } catch (error) {
+      this.storeFails(error);
+      await this.giveBack(lock);
+      await sleep(this.settings.retryDelay, this.stopping.signal).catch(() => undefined);
+      return undefined;
+    }
+  }
+
+  /** Leads until the lock is lost or the campaign resigned; then tells, and gives the lock back. */
+  private async lead(lock: Lock, term: number): Promise<void> {
+    const tenure: Tenure = { lock, term, ended: new AbortController() };
+    this.tenure = tenure;
+    this.logger.log(`Leading "${this.name}" (term ${term})`);
+    for (const waiter of this.electionWaiters) waiter.resolve();
+    this.electionWaiters.clear();
+    this.tell('onElected', () => this.settings.onElected?.(term, tenure.ended.signal));
+
+    const reason = await this.endOf(lock);
+    tenure.ended.abort(reason);
+    this.tenure = undefined;
+    this.logger.log(`No longer leading "${this.name}" (term ${term}): ${reason.message}`);
+    // Resigned: the release wakes the next leader at once. Lost: the lease is released if it is ours
+    // after all (Redis back in time), without waiting on a store that may still be away.
+    if (reason.reason === 'released') await lock.unlock().catch(() => false);
+    else void lock.unlock().catch(() => false);
+    this.tell('onRevoked', () => this.settings.onRevoked?.(reason));
+  }
+
+  /** Why a leadership ends: its lock's loss, or the campaign's resignation, whichever comes first. */
+  private endOf(lock: Lock): Promise<LockLostError> {
+    const stopping = this.stopping.signal;
+    return new Promise((resolve) => {
+      const ended = (): void => {
+        lock.signal.removeEventListener('abort', ended);
+        stopping.removeEventListener('abort', ended);
+        resolve(lock.signal.aborted ? (lock.signal.reason as LockLostError) : this.resignation());
+      };
+      if (lock.signal.aborted || stopping.aborted) return ended();
+      lock.signal.addEventListener('abort', ended);
+      stopping.addEventListener('abort', ended);
+    });
+  }
+
+  private async giveBack(lock: Lock): Promise<undefined> {
+    await lock.unlock().catch(() => false);
+    return undefined;
+  }
+
+  private resignation(): LockLostError {
+    return new LockLostError('lock', this.key, '', 'released', `The leadership of "${this.name}"`);
+  }
+
+  /** Calls a user's callback: what it returns is not waited for; a throw or a rejection is logged. */
+  private tell(callback: 'onElected' | 'onRevoked', call: () => unknown): void {
+    const failed = (error: unknown): void =>
+      this.logger.warn(`${callback} of "${this.name}" threw: ${errorMessage(error)}`);
+    try {
+      const answer = call();
+      if (answer instanceof Promise) answer.catch(failed);
+    } catch (error) {
+      failed(error);
+    }
+  }
+
+  private storeFails(error: unknown): void {
+    const message = errorMessage(error);
+    if (this.storeTrouble !== undefined) return;
+    this.storeTrouble = message;
+    this.logger.warn(
+      `Campaign for "${this.name}" cannot reach the store, trying again every ${this.settings.retryDelay} ms: ${message}`,
+    );
+  }
+
+  private storeAnswers(): void {
+    if (this.storeTrouble === undefined) return;
+    this.storeTrouble = undefined;
+    this.logger.log(`Campaign for "${this.name}" reaches the store again`);
+  }
+}

@@ -1,0 +1,312 @@
+import { afterAll, afterEach, describe, expect, it } from '@jest/globals';
+import type { ChildProcess } from 'node:child_process';
+import { Injectable, type LoggerService } from '@nestjs/common';
+import { Interval, ScheduleModule } from '@nestjs/schedule';
+import { Test } from '@nestjs/testing';
+import {
+  InvalidArgumentError,
+  LeaderOnly,
+  LeaderService,
+  type Leadership,
+  LockLostError,
+  LockModule,
+  type LockModuleOptions,
+} from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
+import { bootLockModule, closeLockApp, createLockApp, type LockApp, STORE_KINDS } from './support/lock-app.js';
+import { RedisServer, useRedisServer } from './support/redis-server.js';
+import { until } from './support/timing.js';
+import { killWorker, onWorkerReports, spawnWorker, workerExited } from './support/workers.js';
+
+/** Every application a test boots, closed after it. */
+const apps: LockApp[] = [];
+afterEach(async () => {
+  await Promise.all(apps.splice(0).map((app) => closeLockApp(app)));
+});
+
+async function appOn(options: LockModuleOptions): Promise<{ app: LockApp; leaders: LeaderService }> {
+  const app = await bootLockModule({ logger: false, ...options });
+  apps.push(app);
+  return { app, leaders: app.module.get(LeaderService) };
+}
+
+/** The one leader among `leaderships`, once exactly one leads (within `ms`). */
+async function soleLeader(leaderships: Leadership[], ms = 5_000): Promise<Leadership> {
+  await until('exactly one leader', () => leaderships.filter((leadership) => leadership.isLeader).length === 1, ms);
+  return leaderships.find((leadership) => leadership.isLeader)!;
+}
+
+describe('LeaderService: arguments', () => {
+  it.each([
+    ['an empty name', () => [''] as const, 'name'],
+    ['an unknown option', () => ['jobs', { tll: 1_000 }] as const, 'tll'],
+    ['a ttl under 100 ms', () => ['jobs', { ttl: 50 }] as const, 'ttl'],
+    ['a negative timeout', () => ['jobs', { timeout: -1 }] as const, 'timeout'],
+    ['a retryDelay of 0', () => ['jobs', { retryDelay: 0 }] as const, 'retryDelay'],
+    ['an onElected that is no function', () => ['jobs', { onElected: 'yes' }] as const, 'onElected'],
+  ])('refuses %s with InvalidArgumentError, before any command', async (_what, args, argument) => {
+    const { leaders } = await appOn({ redis: 'redis://127.0.0.1:1' });
+    const call = (): Leadership => (leaders.campaign as (...a: unknown[]) => Leadership)(...args());
+    let thrown: unknown;
+    try {
+      call();
+    } catch (error) {
+      thrown = error;
+    }
+    expect(thrown).toBeInstanceOf(InvalidArgumentError);
+    expect(thrown).toMatchObject({ argument });
+  });
+
+  it('refuses a second campaign for a name in one process, and starts one again after resign', async () => {
+    const { leaders } = await appOn({ store: 'memory' });
+    const first = leaders.campaign('jobs');
+    expect(() => leaders.campaign('jobs')).toThrow(InvalidArgumentError);
+    expect(leaders.leadership('jobs')).toBe(first);
+    await leaders.resign('jobs');
+    expect(leaders.leadership('jobs')).toBeUndefined();
+    const again = leaders.campaign('jobs');
+    await again.whenLeader();
+    expect(again.isLeader).toBe(true);
+  });
+
+  it('refuses callbacks and bad settings on @LeaderOnly when the class is defined', () => {
+    expect(() => LeaderOnly('')).toThrow(InvalidArgumentError);
+    expect(() => LeaderOnly('jobs', { ttl: 10 })).toThrow(InvalidArgumentError);
+    expect(() => LeaderOnly('jobs', { onElected: () => undefined } as never)).toThrow(InvalidArgumentError);
+  });
+});
+
+describe.each(STORE_KINDS)('LeaderService on the %s store', (kind) => {
+  it('leads alone under a term, tells onElected, and resigns: signal aborted, onRevoked told, whenLeader refused', async () => {
+    const app = await createLockApp(kind, { logger: false });
+    apps.push(app);
+    const leaders = app.module.get(LeaderService);
+    const elected: number[] = [];
+    const revoked: LockLostError[] = [];
+    const leadership = leaders.campaign('reports', {
+      onElected: (term) => elected.push(term),
+      onRevoked: (reason) => revoked.push(reason),
+    });
+    expect(leadership.name).toBe('reports');
+    await leadership.whenLeader();
+    expect(leadership.isLeader).toBe(true);
+    expect(leadership.term).toEqual(expect.any(Number));
+    expect(elected).toEqual([leadership.term]);
+    const signal = leadership.signal!;
+    expect(signal.aborted).toBe(false);
+    // The name's lock is held, renewed, in the store.
+    expect((await app.locks.inspect('leader:reports')).held).toBe(true);
+
+    await leadership.resign();
+    expect(leadership.isLeader).toBe(false);
+    expect(leadership.term).toBeUndefined();
+    expect(signal.aborted).toBe(true);
+    expect(signal.reason).toBeInstanceOf(LockLostError);
+    expect((signal.reason as LockLostError).reason).toBe('released');
+    expect(revoked.map((reason) => reason.reason)).toEqual(['released']);
+    expect((await app.locks.inspect('leader:reports')).held).toBe(false);
+    await expect(leadership.whenLeader()).rejects.toBeInstanceOf(LockLostError);
+  });
+});
+
+describe('LeaderService on Redis: handovers, losses and outages', () => {
+  const server = useRedisServer();
+
+  it('two applications: one leads; its resignation wakes the other, which leads at once under a higher term', async () => {
+    const [a, b] = await Promise.all(
+      [1, 2].map(async () => (await appOn({ redis: server().url })).leaders.campaign('nightly', { ttl: 2_000 })),
+    );
+    const leader = await soleLeader([a, b]);
+    const follower = leader === a ? b : a;
+    const term = leader.term!;
+    await delay(200);
+    expect(follower.isLeader).toBe(false);
+    const resigned = performance.now();
+    await leader.resign();
+    await follower.whenLeader();
+    // Woken by the release, not by its next attempt after waiting `timeout` (= ttl, 2 s).
+    expect(performance.now() - resigned).toBeLessThan(1_000);
+    expect(follower.term).toBeGreaterThan(term);
+  });
+
+  it('a leader whose lock is taken from it is revoked, and the campaign leads again under a higher term', async () => {
+    const { app, leaders } = await appOn({ redis: server().url });
+    const revoked: string[] = [];
+    const leadership = leaders.campaign('taken', { ttl: 600, onRevoked: (reason) => revoked.push(reason.reason) });
+    await leadership.whenLeader();
+    const term = leadership.term!;
+    const signal = leadership.signal!;
+    await app.locks.forceUnlock('leader:taken');
+    // Found out at the next renewal (every ttl / 3).
+    await until('the leader to be revoked', () => signal.aborted, 2_000);
+    expect((signal.reason as LockLostError).reason).toBe('taken');
+    expect(revoked).toEqual(['taken']);
+    await until('the campaign to lead again', () => leadership.isLeader, 3_000);
+    expect(leadership.term).toBeGreaterThan(term);
+  });
+
+  it('Redis frozen past the lease: the leader is revoked by its own clock, and leads again once Redis answers', async () => {
+    const frozen = await RedisServer.start();
+    try {
+      const { leaders } = await appOn({ redis: frozen.url, commandTimeout: 300 });
+      const leadership = leaders.campaign('outage', { ttl: 600, retryDelay: 200 });
+      await leadership.whenLeader();
+      const signal = leadership.signal!;
+      frozen.pause();
+      // Its renewals go unanswered: lost when its lease runs out by its own clock (600 ms), not later.
+      await until('the frozen leader to be revoked', () => signal.aborted, 1_500);
+      expect(leadership.isLeader).toBe(false);
+      await delay(1_000);
+      expect(leadership.isLeader).toBe(false);
+      frozen.resume();
+      // Back without a restart: leads again within the lease left on the server, a retry and an attempt.
+      await until('a leader again after the outage', () => leadership.isLeader, 3_000);
+      await leadership.resign();
+    } finally {
+      await frozen.stop();
+    }
+  });
+});
+
+describe('LeaderService across processes', () => {
+  const server = useRedisServer();
+  const children: ChildProcess[] = [];
+  afterAll(async () => {
+    await Promise.all(children.map((child) => killWorker(child)));
+  });
+
+  interface Change {
+    event: 'ready' | 'elected' | 'revoked' | 'closed';
+    term?: number;
+    reason?: string;
+    pid: number;
+    at: number;
+  }
+
+  it('3 processes: one leads; SIGKILLed, another leads within ttl and a renewal; SIGTERM hands over within 1 s', async () => {
+    const ttl = 1_500;
+    const changes: Change[] = [];
+    for (let i = 0; i < 3; i++) {
+      const child = spawnWorker('campaign', [server().url, 'fleet', ttl], { stdout: 'pipe' });
+      children.push(child);
+      onWorkerReports<Change>(child, (change) => changes.push(change));
+    }
+    const elected = () => changes.filter((change) => change.event === 'elected');
+    await until(
+      'three campaigns and one leader',
+      () => changes.filter((change) => change.event === 'ready').length === 3 && elected().length === 1,
+      15_000,
+    );
+    await delay(300);
+    expect(elected()).toHaveLength(1);
+
+    const first = elected()[0];
+    const killedAt = Date.now();
+    await killWorker(children.find((child) => child.pid === first.pid)!);
+    await until('a second leader', () => elected().length === 2, ttl * 3);
+    const second = elected()[1];
+    expect(second.pid).not.toBe(first.pid);
+    expect(second.term).toBeGreaterThan(first.term!);
+    // The lease left (at most ttl since its last renewal, ttl / 3 ago at most) and one wait step.
+    expect(second.at - killedAt).toBeLessThan(ttl + ttl / 3 + 500);
+
+    const leaderProcess = children.find((child) => child.pid === second.pid)!;
+    const terminatedAt = Date.now();
+    leaderProcess.kill('SIGTERM');
+    await until('a third leader', () => elected().length === 3, 2_000);
+    const third = elected()[2];
+    expect(third.at - terminatedAt).toBeLessThan(1_000);
+    expect(third.term).toBeGreaterThan(second.term!);
+    await workerExited(leaderProcess);
+    expect(changes.filter((change) => change.pid === second.pid).map((change) => change.event)).toEqual([
+      'ready',
+      'elected',
+      'revoked',
+      'closed',
+    ]);
+  });
+});
+
+describe('@LeaderOnly', () => {
+  const server = useRedisServer();
+
+  /** Every run of the job, by application. */
+  const runs: string[] = [];
+
+  @Injectable()
+  class Billing {
+    static instances = 0;
+    readonly id = `app-${++Billing.instances}`;
+
+    @Interval(50)
+    @LeaderOnly('billing', { ttl: 1_000 })
+    async charge(): Promise<string> {
+      runs.push(this.id);
+      return this.id;
+    }
+  }
+
+  class Quiet implements LoggerService {
+    log(): void {}
+    error(): void {}
+    warn(): void {}
+  }
+
+  async function billingApp(): Promise<{ close(): Promise<void>; billing: Billing; leaders: LeaderService }> {
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server().url, logger: false }), ScheduleModule.forRoot()],
+      providers: [Billing],
+    })
+      .setLogger(new Quiet())
+      .compile();
+    await module.init();
+    return { close: () => module.close(), billing: module.get(Billing), leaders: module.get(LeaderService) };
+  }
+
+  it('runs on the leader only, campaigning from bootstrap; the leader closed, the next firings run on the new leader', async () => {
+    const apps3 = [await billingApp(), await billingApp(), await billingApp()];
+    try {
+      // Campaigns started at bootstrap: a leader before any firing asked for one.
+      const leaderships = apps3.map(({ leaders }) => leaders.leadership('billing')!);
+      expect(leaderships.every((leadership) => leadership !== undefined)).toBe(true);
+      const leader = await soleLeader(leaderships);
+      const leaderApp = apps3[leaderships.indexOf(leader)];
+      runs.length = 0;
+      await delay(600);
+      expect(runs.length).toBeGreaterThan(3);
+      expect(new Set(runs)).toEqual(new Set([leaderApp.billing.id]));
+      // A direct call elsewhere is skipped too: undefined, not run.
+      const follower = apps3.find((app) => app !== leaderApp)!;
+      const before = runs.length;
+      await expect(follower.billing.charge()).resolves.toBeUndefined();
+      expect(runs.length - before).toBeLessThanOrEqual(1); // at most one firing of the leader meanwhile
+
+      await leaderApp.close();
+      const rest = apps3.filter((app) => app !== leaderApp);
+      const next = await soleLeader(
+        rest.map(({ leaders }) => leaders.leadership('billing')!),
+        1_000,
+      );
+      const nextApp = rest.find(({ leaders }) => leaders.leadership('billing') === next)!;
+      runs.length = 0;
+      await delay(400);
+      expect(new Set(runs)).toEqual(new Set([nextApp.billing.id]));
+    } finally {
+      await Promise.all(apps3.map((app) => app.close().catch(() => undefined)));
+    }
+  });
+
+  it('is refused at bootstrap when another @LeaderOnly asks the same name with other settings', async () => {
+    @Injectable()
+    class Other {
+      @LeaderOnly('billing', { ttl: 3_000 })
+      async run(): Promise<void> {}
+    }
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server().url, logger: false })],
+      providers: [Billing, Other],
+    }).compile();
+    await expect(module.init()).rejects.toBeInstanceOf(InvalidArgumentError);
+    await module.close().catch(() => undefined);
+  });
+});
