@@ -145,6 +145,29 @@ describe('LeaderService on Redis: handovers, losses and outages', () => {
     expect(leadership.term).toBeGreaterThan(term);
   });
 
+  it('Redis restarted empty: the leader stops the moment the connection closes, not at its next renewal', async () => {
+    const restarted = await RedisServer.start();
+    try {
+      const { leaders } = await appOn({ redis: restarted.url });
+      // A renewal every 2 s: a leader that waited for it would lead on for up to 2 s after the restart.
+      const leadership = leaders.campaign('restart', { ttl: 6_000, retryDelay: 100 });
+      await leadership.whenLeader();
+      const term = leadership.term!;
+      const signal = leadership.signal!;
+      const restartedAt = performance.now();
+      await restarted.restart();
+      await until('the leader to stop', () => signal.aborted, 1_000);
+      expect(performance.now() - restartedAt).toBeLessThan(1_000);
+      expect((signal.reason as LockLostError).reason).toBe('taken');
+      // The key went with the restart: the campaign leads again at once, under a higher term.
+      await until('a leader again after the restart', () => leadership.isLeader, 5_000);
+      expect(leadership.term).toBeGreaterThan(term);
+      await leadership.resign();
+    } finally {
+      await restarted.stop();
+    }
+  });
+
   it('Redis frozen past the lease: the leader is revoked by its own clock, and leads again once Redis answers', async () => {
     const frozen = await RedisServer.start();
     try {

@@ -54,6 +54,8 @@ export class Campaign implements Leadership {
     private readonly locks: LockService,
     readonly settings: ResolvedCampaignOptions,
     private readonly logger: LockLogger,
+    /** Calls its argument whenever the store's connection closes; returns the stop (`LockStore.watchConnection`). */
+    private readonly watchConnection: (onLost: () => void) => () => void,
   ) {
     // Every step catches what it expects; anything else ends the campaign with a line in the log.
     this.finished = this.campaign().catch((error: unknown) =>
@@ -138,10 +140,10 @@ export class Campaign implements Leadership {
     this.electionWaiters.clear();
     this.tell('onElected', () => this.settings.onElected?.(term, tenure.ended.signal));
 
-    const reason = await this.endOf(lock);
+    const { reason, why } = await this.endOf(lock);
     tenure.ended.abort(reason);
     this.tenure = undefined;
-    this.logger.log(`No longer leading "${this.name}" (term ${term}): ${reason.message}`);
+    this.logger.log(`No longer leading "${this.name}" (term ${term}): ${why}`);
     // Resigned: the release wakes the next leader at once. Lost: the lease is released if it is ours
     // after all (Redis back in time), without waiting on a store that may still be away.
     if (reason.reason === 'released') await lock.unlock().catch(() => false);
@@ -149,18 +151,31 @@ export class Campaign implements Leadership {
     this.tell('onRevoked', () => this.settings.onRevoked?.(reason));
   }
 
-  /** Why a leadership ends: its lock's loss, or the campaign's resignation, whichever comes first. */
-  private endOf(lock: Lock): Promise<LockLostError> {
+  /**
+   * Why a leadership ends: its lock's loss, the campaign's resignation, or the store's connection
+   * closing, whichever comes first. A server restarted without persistence lost the lease, and another
+   * process may lead as soon as it reconnects: a leader stops at once rather than at its next renewal.
+   */
+  private endOf(lock: Lock): Promise<{ reason: LockLostError; why: string }> {
     const stopping = this.stopping.signal;
     return new Promise((resolve) => {
-      const ended = (): void => {
-        lock.signal.removeEventListener('abort', ended);
-        stopping.removeEventListener('abort', ended);
-        resolve(lock.signal.aborted ? (lock.signal.reason as LockLostError) : this.resignation());
+      let stopWatching = (): void => undefined;
+      const ended = (connectionClosed = false): void => {
+        lock.signal.removeEventListener('abort', aborted);
+        stopping.removeEventListener('abort', aborted);
+        stopWatching();
+        if (connectionClosed) {
+          const reason = new LockLostError('lock', this.key, lock.token, 'taken', `The leadership of "${this.name}"`);
+          return resolve({ reason, why: 'the connection to the store closed' });
+        }
+        const reason = lock.signal.aborted ? (lock.signal.reason as LockLostError) : this.resignation();
+        resolve({ reason, why: reason.message });
       };
+      const aborted = (): void => ended();
       if (lock.signal.aborted || stopping.aborted) return ended();
-      lock.signal.addEventListener('abort', ended);
-      stopping.addEventListener('abort', ended);
+      lock.signal.addEventListener('abort', aborted);
+      stopping.addEventListener('abort', aborted);
+      stopWatching = this.watchConnection(() => ended(true));
     });
   }
 

@@ -11,6 +11,8 @@ import { InvalidArgumentError } from '../lock.errors.js';
 import { createLockLogger, type LockLogger } from '../lock-logger.js';
 import { LOCK_OPTIONS } from '../lock.constants.js';
 import { LockService } from '../lock.service.js';
+import { watchConnectionOf } from '../lease/store-capabilities.js';
+import { LockStore } from '../store/store.js';
 import { type ServiceOptions, validateKey } from '../options/call-options.js';
 import type { Skip } from '../telemetry/telemetry.js';
 import { LockTelemetry } from '../telemetry/telemetry.js';
@@ -48,6 +50,7 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
     @Inject(LOCK_OPTIONS) options: ServiceOptions,
     @Inject(LockTelemetry) private readonly telemetry: LockTelemetry,
     @Inject(DiscoveryService) private readonly discovery: DiscoveryService,
+    @Inject(LockStore) private readonly store: LockStore,
   ) {
     this.logger = createLockLogger(options.logger, 'LeaderService');
     registerLiveService(LeaderService, this);
@@ -68,7 +71,8 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
         `"${name}" is already campaigned for in this process: use its Leadership (leadership(name))`,
       );
     }
-    const campaign = new Campaign(name, leaderKeyOf(name), this.locks, resolved, this.logger);
+    const watchConnection = (onLost: () => void): (() => void) => watchConnectionOf(this.store, onLost);
+    const campaign = new Campaign(name, leaderKeyOf(name), this.locks, resolved, this.logger, watchConnection);
     this.campaigns.set(name, campaign);
     return campaign;
   }

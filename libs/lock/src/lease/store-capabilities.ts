@@ -33,6 +33,11 @@ export function keepsLine(store: LockStore): boolean {
   return store.keepsLine === true;
 }
 
+/** Calls `onLost` whenever the store's connection closes (see `LockStore.watchConnection`); returns the stop. */
+export function watchConnectionOf(store: LockStore, onLost: () => void): () => void {
+  return store.watchConnection?.(onLost) ?? (() => undefined);
+}
+
 /** How many hold the lease `id`: the store's own count, else its inspection's holders. */
 export async function countOf(store: LockStore, kind: StoreKind, id: string): Promise<number> {
   if (store.count !== undefined) return store.count(kind, id);

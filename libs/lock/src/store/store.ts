@@ -141,6 +141,14 @@ export interface LockStore {
    * longer than its quarantine), before anything is sent.
    */
   checkTtl?(ttl: number): void;
+
+  /**
+   * Calls `onLost` each time the store's connection closes — a server restarted without persistence
+   * lost every lease it held, and a holder cannot tell that case from a short break until it asks
+   * again — and returns what stops the calls. Without it, nobody is told (a leader then finds out at
+   * its next renewal).
+   */
+  watchConnection?(onLost: () => void): () => void;
 }
 
 /** How a release goes (`LockStore.release`). */

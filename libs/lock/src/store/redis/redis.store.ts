@@ -116,6 +116,12 @@ export class RedisStore implements LockStore {
     return this.granted(kind, id, token);
   }
 
+  watchConnection(onLost: () => void): () => void {
+    const lost = (): void => onLost();
+    this.client.on('close', lost);
+    return () => void this.client.off('close', lost);
+  }
+
   /** `SET <lease> <token> NX PX <ttl>`, for a kind whose lease is its owner's token. */
   async acquireIfFree<Request>(
     kind: StoreKind<Request>,

@@ -1,0 +1,190 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import type { ChildProcess } from 'node:child_process';
+import { Redis } from 'ioredis';
+import { setTimeout as delay } from 'node:timers/promises';
+import { RedisServer } from '../support/redis-server.js';
+import { until } from '../support/timing.js';
+import { killWorker, onWorkerReports, spawnWorker, workerExited } from '../support/workers.js';
+
+/** A change of leadership one worker printed (test/support/workers/leader-chaos.mjs). */
+interface Change {
+  event: 'ready' | 'elected' | 'revoked' | 'closed';
+  term?: number;
+  reason?: string;
+  pid: number;
+  at: number;
+}
+
+type Election = 'nest-lock' | 'naive';
+
+/** The chaos rounds, in turn. */
+const FAULTS = ['sigkill', 'sigterm', 'sigstop', 'restart', 'pause'] as const;
+type Fault = (typeof FAULTS)[number];
+
+/**
+ * Processes campaigning for one name on `lock`, each writing its term to a fenced counter on
+ * `resource` while it leads; settings mixed as in a rolling deploy (lease, fairness).
+ */
+class Fleet {
+  readonly changes: Change[] = [];
+  private readonly alive = new Map<number, { child: ChildProcess; ttl: number; fair: string }>();
+
+  constructor(
+    private readonly lock: RedisServer,
+    private readonly resource: RedisServer,
+    readonly name: string,
+    private readonly election: Election,
+  ) {}
+
+  spawn(ttl: number, fair: string): void {
+    const args = [this.lock.url, this.resource.url, this.name, ttl, fair, this.election];
+    const child = spawnWorker('leader-chaos', args, { stdout: 'pipe' });
+    onWorkerReports<Change>(child, (change) => this.changes.push(change));
+    this.alive.set(child.pid!, { child, ttl, fair });
+  }
+
+  elections(): Change[] {
+    return this.changes.filter((change) => change.event === 'elected');
+  }
+
+  /** The latest election, once there is one with a term above `afterTerm` (within `ms`). */
+  async nextLeader(afterTerm: number, ms: number): Promise<Change> {
+    await until(`a leader with a term above ${afterTerm}`, () => this.elections().some((e) => e.term! > afterTerm), ms);
+    return this.elections().find((e) => e.term! > afterTerm)!;
+  }
+
+  settingsOf(pid: number): { child: ChildProcess; ttl: number; fair: string } {
+    return this.alive.get(pid)!;
+  }
+
+  /** Ends process `pid` by `signal`; another with its settings takes its place. */
+  async replace(pid: number, signal: 'SIGKILL' | 'SIGTERM'): Promise<void> {
+    const { child, ttl, fair } = this.alive.get(pid)!;
+    this.alive.delete(pid);
+    if (signal === 'SIGKILL') await killWorker(child);
+    else {
+      child.kill('SIGTERM');
+      await workerExited(child);
+    }
+    this.spawn(ttl, fair);
+  }
+
+  async stop(): Promise<void> {
+    await Promise.all([...this.alive.values()].map(({ child }) => killWorker(child)));
+    this.alive.clear();
+  }
+}
+
+/**
+ * The fenced counter's state (test/support/workers/leader-chaos.mjs): writes accepted; late writes (an
+ * older term, sent while its writer led, arrived after its successor's: refused by the fence); and
+ * violations (an older term from a writer that found itself leading after the newer leader began).
+ */
+async function counter(
+  resource: Redis,
+  name: string,
+): Promise<{ writes: number; late: number; violations: number; first?: string }> {
+  const [writes, late, violations] = await resource.hmget(`${name}:counter`, 'writes', 'late', 'violations');
+  const first = await resource.lindex(`${name}:violations`, 0);
+  const counts = { writes: Number(writes ?? 0), late: Number(late ?? 0), violations: Number(violations ?? 0) };
+  return first ? { ...counts, first } : counts;
+}
+
+function percentile(values: number[], p: number): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)];
+}
+
+describe('leader election under chaos: 5 processes, SIGKILL / SIGTERM / SIGSTOP / Redis restart / CLIENT PAUSE', () => {
+  let lock: RedisServer;
+  let resource: RedisServer;
+  let resourceClient: Redis;
+  const fleets: Fleet[] = [];
+  /** What the run measured, printed once at the end. */
+  const figures: Record<string, unknown> = {};
+
+  beforeAll(async () => {
+    [lock, resource] = await Promise.all([RedisServer.start(), RedisServer.start()]);
+    resourceClient = new Redis(resource.url);
+  });
+  afterAll(async () => {
+    console.log(`leader chaos: ${JSON.stringify(figures)}`);
+    await Promise.all(fleets.map((fleet) => fleet.stop()));
+    resourceClient?.disconnect();
+    await Promise.all([lock?.stop(), resource?.stop()]);
+  });
+
+  it('200 rounds: a new leader every round under a higher term, 0 stale writes, failover within its bounds', async () => {
+    const ttls = [500, 600];
+    const fairs = ['true', 'strict', 'false'];
+    const fleet = new Fleet(lock, resource, 'chaos', 'nest-lock');
+    fleets.push(fleet);
+    for (let i = 0; i < 5; i++) fleet.spawn(ttls[i % ttls.length], fairs[i % fairs.length]);
+    let leader = await fleet.nextLeader(0, 20_000);
+    const failovers: Record<Fault, number[]> = { sigkill: [], sigterm: [], sigstop: [], restart: [], pause: [] };
+    const admin = new Redis(lock.url, { maxRetriesPerRequest: null });
+    admin.on('error', () => undefined);
+    try {
+      for (let round = 0; round < 200; round++) {
+        const fault = FAULTS[round % FAULTS.length];
+        // Let the leader write for a moment.
+        await delay(30);
+        const { ttl } = fleet.settingsOf(leader.pid);
+        const faultAt = Date.now();
+        if (fault === 'sigkill') await fleet.replace(leader.pid, 'SIGKILL');
+        else if (fault === 'sigterm') void fleet.replace(leader.pid, 'SIGTERM');
+        else if (fault === 'sigstop') fleet.settingsOf(leader.pid).child.kill('SIGSTOP');
+        else if (fault === 'restart') await lock.restart();
+        else await admin.call('CLIENT', 'PAUSE', String(ttl * 2), 'ALL');
+        const next = await fleet.nextLeader(leader.term!, 15_000);
+        failovers[fault].push(next.at - faultAt);
+        if (fault === 'sigstop') {
+          // The new leader writes; then the frozen one runs again: it must not write under its old term.
+          await delay(60);
+          fleet.settingsOf(leader.pid).child.kill('SIGCONT');
+          await delay(60);
+        }
+        leader = next;
+        const { violations, first } = await counter(resourceClient, 'chaos');
+        if (violations > 0) throw new Error(`round ${round} (${fault}): ${violations} stale writes, first: ${first}`);
+      }
+    } finally {
+      admin.disconnect();
+    }
+    await delay(100);
+    const { writes, late, violations } = await counter(resourceClient, 'chaos');
+    const terms = fleet.elections().map((election) => election.term!);
+    figures.rounds = 200;
+    figures.writes = writes;
+    figures.lateWritesRefusedByTheFence = late;
+    figures.elections = terms.length;
+    for (const fault of FAULTS) {
+      figures[`${fault} failover p50/p99/max ms`] = [0.5, 0.99, 1].map((p) => percentile(failovers[fault], p));
+    }
+    expect(violations).toBe(0);
+    expect(writes).toBeGreaterThan(200);
+    // Terms only grow, election after election.
+    expect(terms.every((term, i) => i === 0 || term > terms[i - 1])).toBe(true);
+    // A leader killed: another leads within its lease and one renewal interval (ttl ≤ 600: 800 ms).
+    expect(percentile(failovers.sigkill, 0.99)).toBeLessThanOrEqual(600 + 600 / 3);
+    // A leader shut down (SIGTERM, app.close()): it resigns, and another leads within a second.
+    expect(percentile(failovers.sigterm, 0.99)).toBeLessThan(1_000);
+  });
+
+  it('the control: a hand-written SET NX election, its leader SIGSTOPped past its lease, leads beside the next', async () => {
+    const fleet = new Fleet(lock, resource, 'naive', 'naive');
+    fleets.push(fleet);
+    for (let i = 0; i < 3; i++) fleet.spawn(500, 'true');
+    const leader = await fleet.nextLeader(0, 20_000);
+    await delay(30);
+    const { child } = fleet.settingsOf(leader.pid);
+    child.kill('SIGSTOP');
+    await fleet.nextLeader(leader.term!, 10_000);
+    await delay(60);
+    child.kill('SIGCONT');
+    await delay(100);
+    const { violations } = await counter(resourceClient, 'naive');
+    figures.controlViolations = violations;
+    expect(violations).toBeGreaterThan(0);
+  });
+});
