@@ -3,9 +3,11 @@ import type { ChildProcess } from 'node:child_process';
 import { Injectable, type LoggerService } from '@nestjs/common';
 import { Interval, ScheduleModule } from '@nestjs/schedule';
 import { Test } from '@nestjs/testing';
+import { Redis } from 'ioredis';
 import {
   InvalidArgumentError,
   LeaderOnly,
+  LockBackendError,
   LeaderService,
   type Leadership,
   LockLostError,
@@ -43,6 +45,9 @@ describe('LeaderService: arguments', () => {
     ['a ttl under 100 ms', () => ['jobs', { ttl: 50 }] as const, 'ttl'],
     ['a negative timeout', () => ['jobs', { timeout: -1 }] as const, 'timeout'],
     ['a retryDelay of 0', () => ['jobs', { retryDelay: 0 }] as const, 'retryDelay'],
+    // Shorter, a follower would start its attempts again in a busy loop (14,000 commands/s at 1 ms).
+    ['a timeout under 100 ms', () => ['jobs', { timeout: 1 }] as const, 'timeout'],
+    ['a retryDelay under 100 ms', () => ['jobs', { retryDelay: 1 }] as const, 'retryDelay'],
     ['an onElected that is no function', () => ['jobs', { onElected: 'yes' }] as const, 'onElected'],
   ])('refuses %s with InvalidArgumentError, before any command', async (_what, args, argument) => {
     const { leaders } = await appOn({ redis: 'redis://127.0.0.1:1' });
@@ -67,6 +72,40 @@ describe('LeaderService: arguments', () => {
     const again = leaders.campaign('jobs');
     await again.whenLeader();
     expect(again.isLeader).toBe(true);
+  });
+
+  it('a campaign resigned through its own Leadership is forgotten: leadership(name) is undefined, campaign(name) starts anew', async () => {
+    const { leaders } = await appOn({ store: 'memory' });
+    const first = leaders.campaign('freed');
+    await first.whenLeader();
+    await first.resign();
+    expect(leaders.leadership('freed')).toBeUndefined();
+    const again = leaders.campaign('freed');
+    await again.whenLeader();
+    expect(again.term).toBeGreaterThan(0);
+  });
+
+  it('whenLeader(signal) gives up when its signal aborts, with its reason', async () => {
+    const server = await RedisServer.start();
+    try {
+      const [a, b] = await Promise.all(
+        [1, 2].map(async () => (await appOn({ redis: server.url })).leaders.campaign('patient')),
+      );
+      const leader = await soleLeader([a, b]);
+      const follower = leader === a ? b : a;
+      await expect(follower.whenLeader(AbortSignal.timeout(50))).rejects.toMatchObject({ name: 'TimeoutError' });
+      const gaveUp = new AbortController();
+      gaveUp.abort(new Error('no longer needed'));
+      await expect(follower.whenLeader(gaveUp.signal)).rejects.toThrow('no longer needed');
+      // A wait that is not given up still resolves at the next election.
+      const waiting = follower.whenLeader();
+      await leader.resign();
+      await waiting;
+      expect(follower.isLeader).toBe(true);
+    } finally {
+      await Promise.all(apps.splice(0).map((app) => closeLockApp(app)));
+      await server.stop();
+    }
   });
 
   it('refuses callbacks and bad settings on @LeaderOnly when the class is defined', () => {
@@ -316,6 +355,69 @@ describe('@LeaderOnly', () => {
       expect(new Set(runs)).toEqual(new Set([nextApp.billing.id]));
     } finally {
       await Promise.all(apps3.map((app) => app.close().catch(() => undefined)));
+    }
+  });
+
+  it('a call during or after shutdown starts no campaign and holds nothing: the process can exit', async () => {
+    @Injectable()
+    class Late {
+      @LeaderOnly('late', { ttl: 10_000 })
+      async run(): Promise<string> {
+        return 'ran';
+      }
+    }
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server().url, logger: false })],
+      providers: [Late],
+    }).compile();
+    await module.init();
+    const late = module.get(Late);
+    const leaders = module.get(LeaderService);
+    await leaders.leadership('late')!.whenLeader();
+    // A scheduler firing while the application closes, and once more after.
+    const firing = (async () => {
+      const results: unknown[] = [];
+      for (let i = 0; i < 20; i++) {
+        results.push(await late.run());
+        await delay(1);
+      }
+      return results;
+    })();
+    await module.close();
+    await firing;
+    await expect(late.run()).resolves.toBeUndefined();
+    expect(leaders.leadership('late')).toBeUndefined();
+    expect(() => leaders.campaign('late')).toThrow(LockBackendError);
+    const redis = new Redis(server().url);
+    try {
+      const held = (await redis.keys('*leader:late*')).filter((key) => !key.endsWith(':fence'));
+      expect(held).toEqual([]);
+    } finally {
+      redis.disconnect();
+    }
+  });
+
+  it('campaigns from bootstrap for an inherited @LeaderOnly method too', async () => {
+    class Base {
+      @LeaderOnly('inherited')
+      async job(): Promise<string> {
+        return 'ran';
+      }
+    }
+    @Injectable()
+    class Sub extends Base {}
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server().url, logger: false })],
+      providers: [Sub],
+    }).compile();
+    await module.init();
+    try {
+      const leadership = module.get(LeaderService).leadership('inherited');
+      expect(leadership).toBeDefined();
+      await leadership!.whenLeader();
+      await expect(module.get(Sub).job()).resolves.toBe('ran');
+    } finally {
+      await module.close();
     }
   });
 

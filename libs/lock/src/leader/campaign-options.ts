@@ -8,15 +8,15 @@ export interface CampaignOptions {
   /**
    * The leader's lease, renewed every `ttl / 3` while it leads. A leader that dies (or freezes, or
    * loses Redis) leads for at most this long by its own clock; another process leads within `ttl`
-   * and one wait step (at most 500 ms) after the last renewal Redis saw. Default 5 000.
+   * and one wait step (at most 500 ms) after the last renewal Redis saw. Default 5 000; at least 100.
    */
   ttl?: number;
   /**
    * How long one attempt waits in the name's line before it starts again (a process that is not the
-   * leader waits in line all the time, woken when the leader resigns). Default: `ttl`.
+   * leader waits in line all the time, woken when the leader resigns). Default: `ttl`; at least 100.
    */
   timeout?: number;
-  /** After the store failed an attempt (Redis away): how long until the next one. Default 1 000. */
+  /** After the store failed an attempt (Redis away): how long until the next one. Default 1 000; at least 100. */
   retryDelay?: number;
   /**
    * This process leads from now on, under `term` (strictly above every earlier leader's) until
@@ -40,7 +40,16 @@ export interface ResolvedCampaignOptions {
 
 export const DEFAULT_LEADER_TTL = 5_000;
 const DEFAULT_RETRY_DELAY = 1_000;
-const SHORTEST_TTL = 100;
+/**
+ * The shortest `ttl`, `timeout` and `retryDelay`: shorter, a campaign would ask the store every few ms
+ * (renewals, attempts started again, retries during an outage) — a busy loop, not a lease.
+ */
+const SHORTEST = 100;
+
+function atLeastShortest(argument: string, ms: number): number {
+  if (ms < SHORTEST) throw new InvalidArgumentError(argument, `must be ≥ ${SHORTEST} ms, got ${ms}`);
+  return ms;
+}
 
 const CAMPAIGN_OPTION_NAMES = optionNames(
   keysOf<CampaignOptions>()({ ttl: true, timeout: true, retryDelay: true, onElected: true, onRevoked: true }),
@@ -52,10 +61,12 @@ export function resolveCampaignOptions(options: unknown): ResolvedCampaignOption
   rejectUnknownNames('', options as object, CAMPAIGN_OPTION_NAMES);
   const given = options as CampaignOptions;
   const ttl = given.ttl === undefined ? DEFAULT_LEADER_TTL : duration('ttl', given.ttl);
-  // Shorter, renewals would come every few ms: a busy loop on the store, not a lease.
-  if (ttl < SHORTEST_TTL) throw new InvalidArgumentError('ttl', `must be ≥ ${SHORTEST_TTL} ms, got ${ttl}`);
-  const timeout = given.timeout === undefined ? ttl : duration('timeout', given.timeout);
-  const retryDelay = given.retryDelay === undefined ? DEFAULT_RETRY_DELAY : duration('retryDelay', given.retryDelay);
+  atLeastShortest('ttl', ttl);
+  const timeout = given.timeout === undefined ? ttl : atLeastShortest('timeout', duration('timeout', given.timeout));
+  const retryDelay =
+    given.retryDelay === undefined
+      ? DEFAULT_RETRY_DELAY
+      : atLeastShortest('retryDelay', duration('retryDelay', given.retryDelay));
   for (const name of ['onElected', 'onRevoked'] as const) {
     if (given[name] !== undefined && typeof given[name] !== 'function') {
       throw new InvalidArgumentError(name, `must be a function, got ${typeof given[name]}`);

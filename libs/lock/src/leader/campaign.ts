@@ -22,8 +22,11 @@ export interface Leadership {
   readonly term: number | undefined;
   /** Of the current leadership: aborts (with a `LockLostError`) the moment it is lost or resigned; `undefined` when not leading. */
   readonly signal: AbortSignal | undefined;
-  /** Resolves once this process leads (at once if it does); rejects if the campaign is resigned first. */
-  whenLeader(): Promise<void>;
+  /**
+   * Resolves once this process leads (at once if it does); rejects if the campaign is resigned first,
+   * or with `signal`'s reason once it aborts (`AbortSignal.timeout(ms)` to wait a while only).
+   */
+  whenLeader(signal?: AbortSignal): Promise<void>;
   /** Stops campaigning: gives the leadership up if it holds it (the next leader is woken at once). */
   resign(): Promise<void>;
 }
@@ -54,8 +57,12 @@ export class Campaign implements Leadership {
     private readonly locks: LockService,
     readonly settings: ResolvedCampaignOptions,
     private readonly logger: LockLogger,
-    /** Calls its argument whenever the store's connection closes; returns the stop (`LockStore.watchConnection`). */
-    private readonly watchConnection: (onLost: () => void) => () => void,
+    private readonly service: {
+      /** Calls its argument whenever the store's connection closes; returns the stop (`LockStore.watchConnection`). */
+      watchConnection(onLost: () => void): () => void;
+      /** This campaign resigned: the service forgets it. */
+      resigned(): void;
+    },
   ) {
     // Every step catches what it expects; anything else ends the campaign with a line in the log.
     this.finished = this.campaign().catch((error: unknown) =>
@@ -76,14 +83,29 @@ export class Campaign implements Leadership {
     return this.tenure?.ended.signal;
   }
 
-  whenLeader(): Promise<void> {
+  whenLeader(signal?: AbortSignal): Promise<void> {
     if (this.isLeader) return Promise.resolve();
     if (this.stopping.signal.aborted) return Promise.reject(this.resignation());
-    return new Promise((resolve, reject) => this.electionWaiters.add({ resolve, reject }));
+    if (signal?.aborted) return Promise.reject(signal.reason);
+    return new Promise((resolve, reject) => {
+      // A wait given up (its signal aborted) is forgotten, not kept until the next election.
+      const givenUp = (): void => {
+        this.electionWaiters.delete(waiter);
+        reject(signal!.reason);
+      };
+      const settled = (): void => signal?.removeEventListener('abort', givenUp);
+      const waiter = {
+        resolve: () => (settled(), resolve()),
+        reject: (error: unknown) => (settled(), reject(error)),
+      };
+      this.electionWaiters.add(waiter);
+      signal?.addEventListener('abort', givenUp, { once: true });
+    });
   }
 
   async resign(): Promise<void> {
     if (!this.stopping.signal.aborted) this.stopping.abort(this.resignation());
+    this.service.resigned();
     await this.finished;
   }
 
@@ -175,7 +197,7 @@ export class Campaign implements Leadership {
       if (lock.signal.aborted || stopping.aborted) return ended();
       lock.signal.addEventListener('abort', aborted);
       stopping.addEventListener('abort', aborted);
-      stopWatching = this.watchConnection(() => ended(true));
+      stopWatching = this.service.watchConnection(() => ended(true));
     });
   }
 

@@ -7,7 +7,7 @@ import {
 } from '@nestjs/common';
 import { DiscoveryService } from '@nestjs/core';
 import { registerLiveService, unregisterLiveService } from '../live-services.js';
-import { InvalidArgumentError } from '../lock.errors.js';
+import { InvalidArgumentError, LockBackendError } from '../lock.errors.js';
 import { createLockLogger, type LockLogger } from '../lock-logger.js';
 import { LOCK_OPTIONS } from '../lock.constants.js';
 import { LockService } from '../lock.service.js';
@@ -29,6 +29,19 @@ export function declareLeaderOnly(type: object, name: string, options: CampaignO
   campaigns.set(name, options);
 }
 
+/** The campaigns declared on `type` and on the classes it extends (an inherited `@LeaderOnly` method counts). */
+function declaredIn(type: object): Map<string, CampaignOptions> {
+  const declared = new Map<string, CampaignOptions>();
+  let each: object | null = type;
+  while (each !== null && each !== Function.prototype) {
+    for (const [name, options] of declaredCampaigns.get(each) ?? []) {
+      if (!declared.has(name)) declared.set(name, options);
+    }
+    each = Object.getPrototypeOf(each) as object | null;
+  }
+  return declared;
+}
+
 /** The lock a campaign for `name` waits for and its leader holds. */
 export function leaderKeyOf(name: string): string {
   return `leader:${name}`;
@@ -43,6 +56,8 @@ export function leaderKeyOf(name: string): string {
 export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, BeforeApplicationShutdown {
   private readonly campaigns = new Map<string, Campaign>();
   private readonly logger: LockLogger;
+  /** Set once the application shuts down: no campaign starts after its campaigns resigned. */
+  private shuttingDown = false;
 
   /** Built by `LockModule`. @internal */
   constructor(
@@ -65,6 +80,11 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
   campaign(name: string, options: CampaignOptions = {}): Leadership {
     validateKey('name', name);
     const resolved = resolveCampaignOptions(options);
+    if (this.shuttingDown) {
+      throw new LockBackendError(`The application is shutting down: no campaign for "${name}" starts`, name, {
+        retryable: false,
+      });
+    }
     if (this.campaigns.has(name)) {
       throw new InvalidArgumentError(
         'name',
@@ -72,7 +92,14 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
       );
     }
     const watchConnection = (onLost: () => void): (() => void) => watchConnectionOf(this.store, onLost);
-    const campaign = new Campaign(name, leaderKeyOf(name), this.locks, resolved, this.logger, watchConnection);
+    // Resigned through its own Leadership: this process campaigns for the name no more.
+    const resigned = (): void => {
+      if (this.campaigns.get(name) === campaign) this.campaigns.delete(name);
+    };
+    const campaign = new Campaign(name, leaderKeyOf(name), this.locks, resolved, this.logger, {
+      watchConnection,
+      resigned,
+    });
     this.campaigns.set(name, campaign);
     return campaign;
   }
@@ -97,6 +124,8 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
    * @internal
    */
   leads(name: string, options: CampaignOptions, where: string): boolean {
+    // A call during or after shutdown (a scheduler firing late) starts nothing.
+    if (this.shuttingDown) return false;
     return this.declaredCampaign(name, options, where).isLeader;
   }
 
@@ -111,8 +140,7 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
     for (const wrapper of [...this.discovery.getProviders(), ...this.discovery.getControllers()]) {
       const type: unknown = wrapper.metatype;
       if (typeof type !== 'function') continue;
-      const declared = declaredCampaigns.get(type);
-      for (const [name, options] of declared ?? []) this.declaredCampaign(name, options, type.name);
+      for (const [name, options] of declaredIn(type)) this.declaredCampaign(name, options, type.name);
     }
   }
 
@@ -138,6 +166,7 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
    * a leader of a process shut down gracefully hands over at once rather than after its lease.
    */
   async beforeApplicationShutdown(): Promise<void> {
+    this.shuttingDown = true;
     const campaigns = [...this.campaigns.values()];
     this.campaigns.clear();
     await Promise.all(campaigns.map((campaign) => campaign.resign()));
