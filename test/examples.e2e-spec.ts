@@ -34,6 +34,29 @@ describe('examples/fenced-writes.mjs', () => {
   });
 });
 
+/** The leader-election guide's example (`npm run example:leader`): a frozen leader's late write refused by its term. */
+describe('examples/leader-fenced-writes.mjs', () => {
+  useBuilt('library');
+  const server = useRedisServer();
+  const leaderExample = fileURLToPath(new URL('../examples/leader-fenced-writes.mjs', import.meta.url));
+
+  it("refuses the write a leader had decided on before it was frozen past its lease, by the successor's higher term", async () => {
+    const { stdout } = await run(process.execPath, [leaderExample], {
+      env: { ...process.env, REDIS_URL: server().url },
+      timeout: 30_000,
+    });
+    const [a, b, wake, ledger] = stdout.trim().split('\n');
+    const termOf = (line: string) => Number(/term (\d+)/.exec(line)?.[1]);
+
+    expect(termOf(b)).toBeGreaterThan(termOf(a));
+    expect(b).toMatch(/and writes: accepted$/);
+    expect(wake).toMatch(
+      /^A runs again \(still leading under term \d+: false, signal aborted true\); its write with term \d+: refused$/,
+    );
+    expect(ledger).toBe('ledger entries: ["B"]');
+  });
+});
+
 /** The testing guide's example is the test file test/testing-example.e2e-spec.ts, word for word. */
 describe("the testing guide's example", () => {
   it('is test/testing-example.e2e-spec.ts verbatim', () => {

@@ -2,7 +2,8 @@ import { afterEach, describe, expect, it } from '@jest/globals';
 import { Controller, Get, type INestApplication, Inject, Module } from '@nestjs/common';
 import { HealthCheck, HealthCheckService, TerminusModule } from '@nestjs/terminus';
 import { Test } from '@nestjs/testing';
-import { LockModule, type LockModuleOptions } from 'nest-lock';
+import { LeaderService, LockModule, type LockModuleOptions } from 'nest-lock';
+import { setTimeout as delay } from 'node:timers/promises';
 import { LockHealthIndicator } from 'nest-lock/terminus';
 import { existsSync, readFileSync } from 'node:fs';
 import type { Server } from 'node:http';
@@ -27,6 +28,12 @@ class HealthController {
   @HealthCheck()
   named() {
     return this.health.check([() => this.lock.pingCheck('redis')]);
+  }
+
+  @Get('leader')
+  @HealthCheck()
+  leader() {
+    return this.health.check([() => this.lock.leaderCheck('billing')]);
   }
 }
 
@@ -124,6 +131,54 @@ describe('LockHealthIndicator through a TerminusModule /health endpoint', () => 
     const response = await request(http).get('/health/named');
     expect(response.status).toBe(200);
     expect(response.body).toMatchObject({ info: { redis: { status: 'up', latency: expect.any(Number) } } });
+  });
+
+  it('leaderCheck(name): up with the term and since when while leading, up as a follower, down once resigned', async () => {
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server().url, logger: false }), HealthModule],
+    }).compile();
+    app = module.createNestApplication({ logger: false });
+    await app.init();
+    const http = app.getHttpServer() as Server;
+    const leaders = app.get(LeaderService);
+    const before = Date.now();
+    const leadership = leaders.campaign('billing');
+    await leadership.whenLeader();
+    const leading = await request(http).get('/health/leader').expect(200);
+    expect(leading.body).toMatchObject({
+      info: {
+        billing: {
+          status: 'up',
+          leading: true,
+          term: leadership.term,
+          since: new Date(leadership.since!).toISOString(),
+        },
+      },
+    });
+    expect(leadership.since).toBeGreaterThanOrEqual(before);
+
+    // A second application on the same Redis campaigns behind the first: a healthy follower.
+    const other = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server().url, logger: false }), HealthModule],
+    }).compile();
+    const follower = other.createNestApplication({ logger: false });
+    await follower.init();
+    try {
+      follower.get(LeaderService).campaign('billing');
+      await delay(100);
+      const following = await request(follower.getHttpServer() as Server)
+        .get('/health/leader')
+        .expect(200);
+      expect(following.body).toMatchObject({ info: { billing: { status: 'up', leading: false } } });
+    } finally {
+      await follower.close();
+    }
+
+    await leaders.resign('billing');
+    const resigned = await request(http).get('/health/leader').expect(503);
+    expect(resigned.body).toMatchObject({
+      error: { billing: { status: 'down', message: 'this process does not campaign for "billing"' } },
+    });
   });
 
   it('the memory store is up', async () => {

@@ -14,6 +14,7 @@ import { Test } from '@nestjs/testing';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import {
+  LeaderService,
   LockBackendError,
   LockModule,
   type LockModuleOptions,
@@ -230,6 +231,20 @@ describe('OpenTelemetry', () => {
     expect(await sum('nest_lock.handovers', { 'nest_lock.kind': 'lock', 'nest_lock.via': 'store' })).toBe(
       before.store + 1,
     );
+  });
+
+  it('leader election: the leaderships gauge is 1 while leading and 0 after, each election counted', async () => {
+    const leaders = module.get(LeaderService);
+    const name = { 'nest_lock.name': 'metered' };
+    const leadership = leaders.campaign('metered');
+    await leadership.whenLeader();
+    expect(await sum('nest_lock.leaderships', name)).toBe(1);
+    expect(await sum('nest_lock.elections', name)).toBe(1);
+    await leaders.resign('metered');
+    expect(await sum('nest_lock.leaderships', name)).toBe(0);
+    await leaders.campaign('metered').whenLeader();
+    expect(await sum('nest_lock.elections', name)).toBe(2);
+    await leaders.resign('metered');
   });
 
   it('passes an unordered lock (fair: false) to a waiter of its process without a command; a permit through Redis', async () => {

@@ -86,6 +86,15 @@ export const VARIANTS = [
     workloads: ['W3', 'W4'],
   },
   {
+    id: 'nest-lock-strict-baseline',
+    label: "nest-lock (fair: 'strict', baseline build)",
+    kind: 'nest-lock',
+    role: 'baseline',
+    baseline: true,
+    options: { fair: 'strict' },
+    workloads: ['W3', 'W4'],
+  },
+  {
     id: 'redis-semaphore',
     label: 'redis-semaphore',
     kind: 'redis-semaphore',

@@ -20,6 +20,8 @@ export interface Leadership {
    * beside what the leader writes, and refuse writes with a lower term than the highest seen.
    */
   readonly term: number | undefined;
+  /** When the current leadership began (`Date.now()` then), or `undefined` when this process does not lead. */
+  readonly since: number | undefined;
   /** Of the current leadership: aborts (with a `LockLostError`) the moment it is lost or resigned; `undefined` when not leading. */
   readonly signal: AbortSignal | undefined;
   /**
@@ -35,6 +37,7 @@ export interface Leadership {
 interface Tenure {
   readonly lock: Lock;
   readonly term: number;
+  readonly since: number;
   readonly ended: AbortController;
 }
 
@@ -62,6 +65,9 @@ export class Campaign implements Leadership {
       watchConnection(onLost: () => void): () => void;
       /** This campaign resigned: the service forgets it. */
       resigned(): void;
+      /** A leadership began, or ended: the service counts it (telemetry). */
+      leadershipBegan(): void;
+      leadershipEnded(): void;
     },
   ) {
     // Every step catches what it expects; anything else ends the campaign with a line in the log.
@@ -77,6 +83,10 @@ export class Campaign implements Leadership {
 
   get term(): number | undefined {
     return this.isLeader ? this.tenure?.term : undefined;
+  }
+
+  get since(): number | undefined {
+    return this.isLeader ? this.tenure?.since : undefined;
   }
 
   get signal(): AbortSignal | undefined {
@@ -155,9 +165,10 @@ export class Campaign implements Leadership {
 
   /** Leads until the lock is lost or the campaign resigned; then tells, and gives the lock back. */
   private async lead(lock: Lock, term: number): Promise<void> {
-    const tenure: Tenure = { lock, term, ended: new AbortController() };
+    const tenure: Tenure = { lock, term, since: Date.now(), ended: new AbortController() };
     this.tenure = tenure;
     this.logger.log(`Leading "${this.name}" (term ${term})`);
+    this.service.leadershipBegan();
     for (const waiter of this.electionWaiters) waiter.resolve();
     this.electionWaiters.clear();
     this.tell('onElected', () => this.settings.onElected?.(term, tenure.ended.signal));
@@ -165,6 +176,7 @@ export class Campaign implements Leadership {
     const { reason, why } = await this.endOf(lock);
     tenure.ended.abort(reason);
     this.tenure = undefined;
+    this.service.leadershipEnded();
     this.logger.log(`No longer leading "${this.name}" (term ${term}): ${why}`);
     // Resigned: the release wakes the next leader at once. Lost: the lease is released if it is ours
     // after all (Redis back in time), without waiting on a store that may still be away.

@@ -99,6 +99,8 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
     const campaign = new Campaign(name, leaderKeyOf(name), this.locks, resolved, this.logger, {
       watchConnection,
       resigned,
+      leadershipBegan: () => this.telemetry.leadershipBegan(name),
+      leadershipEnded: () => this.telemetry.leadershipEnded(name),
     });
     this.campaigns.set(name, campaign);
     return campaign;

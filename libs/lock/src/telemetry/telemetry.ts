@@ -40,6 +40,8 @@ interface Instruments {
   skipped: Counter;
   handovers: Counter;
   waiters: UpDownCounter;
+  leaderships: UpDownCounter;
+  elections: Counter;
 }
 
 type AcquireOutcome = 'acquired' | 'timeout' | 'error';
@@ -105,6 +107,14 @@ export class LockTelemetry {
         description: 'Callers of this process waiting for a lock or permit right now',
         unit: '{waiter}',
       }),
+      leaderships: meter.createUpDownCounter('nest_lock.leaderships', {
+        description: 'Names this process leads right now (LeaderService): 1 per name while it leads',
+        unit: '{leadership}',
+      }),
+      elections: meter.createCounter('nest_lock.elections', {
+        description: 'Leaderships this process began, each under a new term (LeaderService)',
+        unit: '{leadership}',
+      }),
     });
   }
 
@@ -166,6 +176,16 @@ export class LockTelemetry {
         holdDuration.record(performance.now() - start, { 'nest_lock.kind': kind });
       },
     };
+  }
+
+  /** This process began leading `name` (`LeaderService`): counted, and led until `leadershipEnded`. */
+  leadershipBegan(name: string): void {
+    this.instruments?.elections.add(1, { 'nest_lock.name': name });
+    this.instruments?.leaderships.add(1, { 'nest_lock.name': name });
+  }
+
+  leadershipEnded(name: string): void {
+    this.instruments?.leaderships.add(-1, { 'nest_lock.name': name });
   }
 
   /** A decorated call of `kind` skipped (`onBusy: 'skip'`): its lease was held elsewhere (`busy`), or the store away (`unavailable`). */

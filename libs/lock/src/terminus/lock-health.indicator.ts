@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
 import { errorMessage, LockError } from '../lock.errors.js';
 import { LockService } from '../lock.service.js';
+import { LeaderService } from '../leader/leader.service.js';
 
 /** The lock the probe reads (never takes): one read of an ordinary key is a round trip like any lock call's. */
 const PROBE_KEY = 'health-check';
@@ -15,6 +16,7 @@ export class LockHealthIndicator {
   constructor(
     @Inject(HealthIndicatorService) private readonly health: HealthIndicatorService,
     @Inject(LockService) private readonly locks: LockService,
+    @Inject(LeaderService) private readonly leaders: LeaderService,
   ) {}
 
   /**
@@ -32,5 +34,19 @@ export class LockHealthIndicator {
       return indicator.down({ message: errorMessage(error), code });
     }
     return indicator.up({ latency: Math.round((performance.now() - start) * 10) / 10 });
+  }
+
+  /**
+   * This process's campaign for the leadership `name` (`LeaderService`): `up` with `leading`, and
+   * while it leads its `term` and `since` (an ISO date) — a follower is healthy too; `down` when this
+   * process does not campaign for `name` (never started, resigned, or shutting down).
+   */
+  leaderCheck<const Key extends string>(name: string, key: Key = name as Key): HealthIndicatorResult<Key> {
+    const indicator = this.health.check(key);
+    const leadership = this.leaders.leadership(name);
+    if (leadership === undefined) return indicator.down({ message: `this process does not campaign for "${name}"` });
+    const { isLeader, term, since } = leadership;
+    if (!isLeader || term === undefined || since === undefined) return indicator.up({ leading: false });
+    return indicator.up({ leading: true, term, since: new Date(since).toISOString() });
   }
 }
