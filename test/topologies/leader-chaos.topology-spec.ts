@@ -1,99 +1,12 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import type { ChildProcess } from 'node:child_process';
 import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
+import { counter, Fleet, percentile } from '../support/leader-fleet.js';
 import { RedisServer } from '../support/redis-server.js';
-import { until } from '../support/timing.js';
-import { killWorker, onWorkerReports, spawnWorker, workerExited } from '../support/workers.js';
-
-/** A change of leadership one worker printed (test/support/workers/leader-chaos.mjs). */
-interface Change {
-  event: 'ready' | 'elected' | 'revoked' | 'closed';
-  term?: number;
-  reason?: string;
-  pid: number;
-  at: number;
-}
-
-type Election = 'nest-lock' | 'naive';
 
 /** The chaos rounds, in turn. */
 const FAULTS = ['sigkill', 'sigterm', 'sigstop', 'restart', 'pause'] as const;
 type Fault = (typeof FAULTS)[number];
-
-/**
- * Processes campaigning for one name on `lock`, each writing its term to a fenced counter on
- * `resource` while it leads; settings mixed as in a rolling deploy (lease, fairness).
- */
-class Fleet {
-  readonly changes: Change[] = [];
-  private readonly alive = new Map<number, { child: ChildProcess; ttl: number; fair: string }>();
-
-  constructor(
-    private readonly lock: RedisServer,
-    private readonly resource: RedisServer,
-    readonly name: string,
-    private readonly election: Election,
-  ) {}
-
-  spawn(ttl: number, fair: string): void {
-    const args = [this.lock.url, this.resource.url, this.name, ttl, fair, this.election];
-    const child = spawnWorker('leader-chaos', args, { stdout: 'pipe' });
-    onWorkerReports<Change>(child, (change) => this.changes.push(change));
-    this.alive.set(child.pid!, { child, ttl, fair });
-  }
-
-  elections(): Change[] {
-    return this.changes.filter((change) => change.event === 'elected');
-  }
-
-  /** The latest election, once there is one with a term above `afterTerm` (within `ms`). */
-  async nextLeader(afterTerm: number, ms: number): Promise<Change> {
-    await until(`a leader with a term above ${afterTerm}`, () => this.elections().some((e) => e.term! > afterTerm), ms);
-    return this.elections().find((e) => e.term! > afterTerm)!;
-  }
-
-  settingsOf(pid: number): { child: ChildProcess; ttl: number; fair: string } {
-    return this.alive.get(pid)!;
-  }
-
-  /** Ends process `pid` by `signal`; another with its settings takes its place. */
-  async replace(pid: number, signal: 'SIGKILL' | 'SIGTERM'): Promise<void> {
-    const { child, ttl, fair } = this.alive.get(pid)!;
-    this.alive.delete(pid);
-    if (signal === 'SIGKILL') await killWorker(child);
-    else {
-      child.kill('SIGTERM');
-      await workerExited(child);
-    }
-    this.spawn(ttl, fair);
-  }
-
-  async stop(): Promise<void> {
-    await Promise.all([...this.alive.values()].map(({ child }) => killWorker(child)));
-    this.alive.clear();
-  }
-}
-
-/**
- * The fenced counter's state (test/support/workers/leader-chaos.mjs): writes accepted; late writes (an
- * older term, sent while its writer led, arrived after its successor's: refused by the fence); and
- * violations (an older term from a writer that found itself leading after the newer leader began).
- */
-async function counter(
-  resource: Redis,
-  name: string,
-): Promise<{ writes: number; late: number; violations: number; first?: string }> {
-  const [writes, late, violations] = await resource.hmget(`${name}:counter`, 'writes', 'late', 'violations');
-  const first = await resource.lindex(`${name}:violations`, 0);
-  const counts = { writes: Number(writes ?? 0), late: Number(late ?? 0), violations: Number(violations ?? 0) };
-  return first ? { ...counts, first } : counts;
-}
-
-function percentile(values: number[], p: number): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.ceil(p * sorted.length) - 1)];
-}
 
 describe('leader election under chaos: 5 processes, SIGKILL / SIGTERM / SIGSTOP / Redis restart / CLIENT PAUSE', () => {
   let lock: RedisServer;
@@ -117,7 +30,7 @@ describe('leader election under chaos: 5 processes, SIGKILL / SIGTERM / SIGSTOP 
   it('200 rounds: a new leader every round under a higher term, 0 stale writes, failover within its bounds', async () => {
     const ttls = [500, 600];
     const fairs = ['true', 'strict', 'false'];
-    const fleet = new Fleet(lock, resource, 'chaos', 'nest-lock');
+    const fleet = new Fleet(lock.url, resource.url, 'chaos', 'nest-lock');
     fleets.push(fleet);
     for (let i = 0; i < 5; i++) fleet.spawn(ttls[i % ttls.length], fairs[i % fairs.length]);
     let leader = await fleet.nextLeader(0, 20_000);
@@ -172,7 +85,7 @@ describe('leader election under chaos: 5 processes, SIGKILL / SIGTERM / SIGSTOP 
   });
 
   it('the control: a hand-written SET NX election, its leader SIGSTOPped past its lease, leads beside the next', async () => {
-    const fleet = new Fleet(lock, resource, 'naive', 'naive');
+    const fleet = new Fleet(lock.url, resource.url, 'naive', 'naive');
     fleets.push(fleet);
     for (let i = 0; i < 3; i++) fleet.spawn(500, 'true');
     const leader = await fleet.nextLeader(0, 20_000);

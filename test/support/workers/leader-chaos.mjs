@@ -3,7 +3,9 @@
 // violation is a process that found itself leading after a newer leader began). Prints one JSON line
 // per change of leadership.
 //
-// usage: node leader-chaos.mjs <lockRedisUrl> <resourceRedisUrl> <name> <ttl> <fair> <election>
+// usage: node leader-chaos.mjs <lockTarget> <resourceRedisUrl> <name> <ttl> <fair> <election>
+//   lockTarget: a redis:// URL, cluster:<host:port>,… (a Redis Cluster) or redlock:<url>,… (Redlock over
+//               independent masters); the naive election runs on a redis:// URL only
 //   fair:     true | false | strict (the module's default for the campaign's lock: a rolling deploy mixes them)
 //   election: nest-lock (LeaderService) | naive (the control: SET NX PX, renewed with PEXPIRE, leading
 //             until a renewal says otherwise, with a term from the resource's INCR)
@@ -54,7 +56,7 @@ else await withLeaderService();
 
 async function withLeaderService() {
   const app = await NestFactory.createApplicationContext(
-    LockModule.forRoot({ redis: lockUrl, defaults: { fair, maxStep: 100 }, commandTimeout: 500, logger: false }),
+    LockModule.forRoot({ ...storeOf(lockUrl), defaults: { fair, maxStep: 100 }, commandTimeout: 500, logger: false }),
     { logger: false },
   );
   const leadership = app.get(LeaderService).campaign(name, {
@@ -120,6 +122,14 @@ async function naive() {
     clearInterval(renew);
     print({ event: 'revoked', reason: 'taken' });
   }
+}
+
+/** The module's store options for a lock target. */
+function storeOf(target) {
+  const [kind, list] = target.split(/:(.*)/s);
+  if (kind === 'cluster') return { redis: { cluster: { nodes: list.split(',').map((node) => `redis://${node}`) } } };
+  if (kind === 'redlock') return { redlock: { nodes: list.split(','), quarantine: 0 } };
+  return { redis: target };
 }
 
 function exit() {

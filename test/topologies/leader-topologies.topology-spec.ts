@@ -1,0 +1,91 @@
+import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
+import { Redis } from 'ioredis';
+import { setTimeout as delay } from 'node:timers/promises';
+import { counter, Fleet, percentile } from '../support/leader-fleet.js';
+import { RedisServer } from '../support/redis-server.js';
+import { IndependentMasters, RedisClusterTopology } from '../support/topologies.js';
+
+/** The faults every topology takes in turn: the leader's own process (the store's faults are node-specific). */
+const FAULTS = ['sigkill', 'sigterm', 'sigstop'] as const;
+const ROUNDS = 30;
+
+/**
+ * 5 processes (leases of 500 and 600 ms, every fairness) campaigning on `target` through 30 rounds of
+ * SIGKILL / SIGTERM / SIGSTOP of the leader, against a fenced counter on a separate Redis: a new leader
+ * every round under a higher term, and no process that found itself leading after a newer leader began.
+ */
+async function chaos(target: string, resource: RedisServer, name: string): Promise<Record<string, number[]>> {
+  const fleet = new Fleet(target, resource.url, name, 'nest-lock');
+  const ttls = [500, 600];
+  const fairs = ['true', 'strict', 'false'];
+  const failovers: Record<string, number[]> = { sigkill: [], sigterm: [], sigstop: [] };
+  const resourceClient = new Redis(resource.url);
+  try {
+    for (let i = 0; i < 5; i++) fleet.spawn(ttls[i % ttls.length], fairs[i % fairs.length]);
+    let leader = await fleet.nextLeader(0, 30_000);
+    for (let round = 0; round < ROUNDS; round++) {
+      const fault = FAULTS[round % FAULTS.length];
+      await delay(30);
+      const faultAt = Date.now();
+      if (fault === 'sigkill') await fleet.replace(leader.pid, 'SIGKILL');
+      else if (fault === 'sigterm') void fleet.replace(leader.pid, 'SIGTERM');
+      else fleet.settingsOf(leader.pid).child.kill('SIGSTOP');
+      const next = await fleet.nextLeader(leader.term!, 15_000);
+      failovers[fault].push(next.at - faultAt);
+      if (fault === 'sigstop') {
+        await delay(60);
+        fleet.settingsOf(leader.pid).child.kill('SIGCONT');
+        await delay(60);
+      }
+      leader = next;
+    }
+    await delay(100);
+    const { writes, violations, first } = await counter(resourceClient, name);
+    expect({ violations, first }).toEqual({ violations: 0, first: undefined });
+    expect(writes).toBeGreaterThan(ROUNDS);
+    return failovers;
+  } finally {
+    resourceClient.disconnect();
+    await fleet.stop();
+  }
+}
+
+describe('leader election on other topologies: 5 processes, 30 rounds of SIGKILL / SIGTERM / SIGSTOP', () => {
+  let resource: RedisServer;
+  const figures: Record<string, unknown> = {};
+
+  beforeAll(async () => {
+    resource = await RedisServer.start();
+  });
+  afterAll(async () => {
+    console.log(`leader election on topologies (failover p50/p99 ms): ${JSON.stringify(figures)}`);
+    await resource?.stop();
+  });
+
+  it('on a Redis Cluster of 3 primaries', async () => {
+    const cluster = await RedisClusterTopology.start({ primaries: 3, replicasPerPrimary: 0 });
+    try {
+      const target = `cluster:${cluster.nodes.map(({ host, port }) => `${host}:${port}`).join(',')}`;
+      const failovers = await chaos(target, resource, 'on-cluster');
+      for (const [fault, times] of Object.entries(failovers))
+        figures[`cluster ${fault}`] = [percentile(times, 0.5), percentile(times, 0.99)];
+      expect(percentile(failovers.sigkill, 0.99)).toBeLessThanOrEqual(600 + 600 / 3);
+      expect(percentile(failovers.sigterm, 0.99)).toBeLessThan(1_000);
+    } finally {
+      await cluster.stop();
+    }
+  });
+
+  it('on Redlock over 3 independent masters', async () => {
+    const masters = await IndependentMasters.start(3);
+    try {
+      const failovers = await chaos(`redlock:${masters.urls.join(',')}`, resource, 'on-redlock');
+      for (const [fault, times] of Object.entries(failovers))
+        figures[`redlock ${fault}`] = [percentile(times, 0.5), percentile(times, 0.99)];
+      expect(percentile(failovers.sigkill, 0.99)).toBeLessThanOrEqual(600 + 600 / 3);
+      expect(percentile(failovers.sigterm, 0.99)).toBeLessThan(1_000);
+    } finally {
+      await masters.stop();
+    }
+  });
+});
