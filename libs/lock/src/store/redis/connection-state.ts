@@ -79,6 +79,18 @@ export class ConnectionState {
     this.down(this.unanswered);
   }
 
+  /**
+   * A command failed without a reply: its connection may be gone before the client says so (ioredis
+   * refuses a command on a socket the server closed while its status still reads `ready`, and tells
+   * of the close a tick later). The outage starts now when the client is not ready or its socket no
+   * longer writable, so that the error already says since when.
+   */
+  commandFailed(error: unknown): void {
+    if (this.disconnected !== undefined) return;
+    const { stream } = this.client as Partial<Redis>;
+    if (this.client.status !== 'ready' || stream?.writable === false) this.lost(errorMessage(error));
+  }
+
   /** A command was answered: an outage of unanswered commands is over. */
   commandAnswered(): void {
     if (this.unanswered === undefined) return;

@@ -463,6 +463,7 @@ export class RedisStore implements LockStore {
       this.connection.commandAnswered();
       return answer;
     } catch (error) {
+      this.connection.commandFailed(error);
       throw backendErrorOf(error, phrase(purpose), id, this.connection);
     }
   }
