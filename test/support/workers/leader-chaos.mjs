@@ -4,8 +4,10 @@
 // per change of leadership.
 //
 // usage: node leader-chaos.mjs <lockTarget> <resourceRedisUrl> <name> <ttl> <fair> <election>
-//   lockTarget: a redis:// URL, cluster:<host:port>,… (a Redis Cluster) or redlock:<url>,… (Redlock over
-//               independent masters); the naive election runs on a redis:// URL only
+//   lockTarget: a redis:// URL, cluster:<host:port>,… (a Redis Cluster), redlock:<url>,… (Redlock over
+//               independent masters) or sentinel:<name>,<host:port>,… (a primary watched by sentinels,
+//               with waitForReplicas: one replica acknowledges every lease); the naive election runs
+//               on a redis:// URL only
 //   fair:     true | false | strict (the module's default for the campaign's lock: a rolling deploy mixes them)
 //   election: nest-lock (LeaderService) | naive (the control: SET NX PX, renewed with PEXPIRE, leading
 //             until a renewal says otherwise, with a term from the resource's INCR)
@@ -129,6 +131,14 @@ function storeOf(target) {
   const [kind, list] = target.split(/:(.*)/s);
   if (kind === 'cluster') return { redis: { cluster: { nodes: list.split(',').map((node) => `redis://${node}`) } } };
   if (kind === 'redlock') return { redlock: { nodes: list.split(','), quarantine: 0 } };
+  if (kind === 'sentinel') {
+    const [name, ...sentinels] = list.split(',');
+    const addresses = sentinels.map((address) => ({
+      host: address.split(':')[0],
+      port: Number(address.split(':')[1]),
+    }));
+    return { redis: { name, sentinels: addresses }, waitForReplicas: { replicas: 1, timeout: 100 } };
+  }
   return { redis: target };
 }
 
