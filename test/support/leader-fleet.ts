@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import type { Redis } from 'ioredis';
+import { setTimeout as delay } from 'node:timers/promises';
 import { until } from './timing.js';
 import { killWorker, onWorkerReports, spawnWorker, workerExited } from './workers.js';
 
@@ -53,6 +54,32 @@ export class Fleet {
 
   settingsOf(pid: number): { child: ChildProcess; ttl: number; fair: string } {
     return this.alive.get(pid)!;
+  }
+
+  /**
+   * One chaos round: lets `leader` write a moment, then `fault` — its process killed (`sigkill`),
+   * shut down (`sigterm`) or frozen (`sigstop`), or else `storeFault`, a fault of the store — and waits
+   * for the next leader. A frozen leader runs again once its successor wrote: it must not act under
+   * its old term. Returns the next leader and the failover time.
+   */
+  async round(
+    leader: Change,
+    fault: string,
+    storeFault?: () => Promise<unknown>,
+  ): Promise<{ next: Change; failover: number }> {
+    await delay(30);
+    const faultAt = Date.now();
+    if (fault === 'sigkill') await this.replace(leader.pid, 'SIGKILL');
+    else if (fault === 'sigterm') void this.replace(leader.pid, 'SIGTERM');
+    else if (fault === 'sigstop') this.settingsOf(leader.pid).child.kill('SIGSTOP');
+    else await storeFault?.();
+    const next = await this.nextLeader(leader.term!, 15_000);
+    if (fault === 'sigstop') {
+      await delay(60);
+      this.settingsOf(leader.pid).child.kill('SIGCONT');
+      await delay(60);
+    }
+    return { next, failover: next.at - faultAt };
   }
 
   /** Ends process `pid` by `signal`; another with its settings takes its place. */

@@ -40,23 +40,11 @@ describe('leader election under chaos: 5 processes, SIGKILL / SIGTERM / SIGSTOP 
     try {
       for (let round = 0; round < 200; round++) {
         const fault = FAULTS[round % FAULTS.length];
-        // Let the leader write for a moment.
-        await delay(30);
         const { ttl } = fleet.settingsOf(leader.pid);
-        const faultAt = Date.now();
-        if (fault === 'sigkill') await fleet.replace(leader.pid, 'SIGKILL');
-        else if (fault === 'sigterm') void fleet.replace(leader.pid, 'SIGTERM');
-        else if (fault === 'sigstop') fleet.settingsOf(leader.pid).child.kill('SIGSTOP');
-        else if (fault === 'restart') await lock.restart();
-        else await admin.call('CLIENT', 'PAUSE', String(ttl * 2), 'ALL');
-        const next = await fleet.nextLeader(leader.term!, 15_000);
-        failovers[fault].push(next.at - faultAt);
-        if (fault === 'sigstop') {
-          // The new leader writes; then the frozen one runs again: it must not write under its old term.
-          await delay(60);
-          fleet.settingsOf(leader.pid).child.kill('SIGCONT');
-          await delay(60);
-        }
+        const storeFault =
+          fault === 'restart' ? () => lock.restart() : () => admin.call('CLIENT', 'PAUSE', String(ttl * 2), 'ALL');
+        const { next, failover } = await fleet.round(leader, fault, storeFault);
+        failovers[fault].push(failover);
         leader = next;
         const { violations, first } = await counter(resourceClient, 'chaos');
         if (violations > 0) throw new Error(`round ${round} (${fault}): ${violations} stale writes, first: ${first}`);

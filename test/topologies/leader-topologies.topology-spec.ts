@@ -25,18 +25,8 @@ async function chaos(target: string, resource: RedisServer, name: string): Promi
     let leader = await fleet.nextLeader(0, 30_000);
     for (let round = 0; round < ROUNDS; round++) {
       const fault = FAULTS[round % FAULTS.length];
-      await delay(30);
-      const faultAt = Date.now();
-      if (fault === 'sigkill') await fleet.replace(leader.pid, 'SIGKILL');
-      else if (fault === 'sigterm') void fleet.replace(leader.pid, 'SIGTERM');
-      else fleet.settingsOf(leader.pid).child.kill('SIGSTOP');
-      const next = await fleet.nextLeader(leader.term!, 15_000);
-      failovers[fault].push(next.at - faultAt);
-      if (fault === 'sigstop') {
-        await delay(60);
-        fleet.settingsOf(leader.pid).child.kill('SIGCONT');
-        await delay(60);
-      }
+      const { next, failover } = await fleet.round(leader, fault);
+      failovers[fault].push(failover);
       leader = next;
     }
     await delay(100);
