@@ -27,16 +27,20 @@ export class Fleet {
   readonly changes: Change[] = [];
   private readonly alive = new Map<number, { child: ChildProcess; ttl: number; fair: string }>();
 
-  /** `lock`: a redis:// URL, `cluster:<host:port>,…` or `redlock:<url>,…` (see leader-chaos.mjs). */
+  /**
+   * `lock`: a redis:// URL, `cluster:<host:port>,…` or `redlock:<url>,…` (see leader-chaos.mjs);
+   * `retryDelay`: each campaign's wait after a store failure.
+   */
   constructor(
     private readonly lock: string,
     private readonly resource: string,
     readonly name: string,
     private readonly election: Election,
+    private readonly retryDelay = 100,
   ) {}
 
   spawn(ttl: number, fair: string): void {
-    const args = [this.lock, this.resource, this.name, ttl, fair, this.election];
+    const args = [this.lock, this.resource, this.name, ttl, fair, this.election, this.retryDelay];
     const child = spawnWorker('leader-chaos', args, { stdout: 'pipe' });
     onWorkerReports<Change>(child, (change) => this.changes.push(change));
     this.alive.set(child.pid!, { child, ttl, fair });

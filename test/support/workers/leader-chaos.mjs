@@ -3,7 +3,7 @@
 // violation is a process that found itself leading after a newer leader began). Prints one JSON line
 // per change of leadership.
 //
-// usage: node leader-chaos.mjs <lockTarget> <resourceRedisUrl> <name> <ttl> <fair> <election>
+// usage: node leader-chaos.mjs <lockTarget> <resourceRedisUrl> <name> <ttl> <fair> <election> [retryDelay]
 //   lockTarget: a redis:// URL, cluster:<host:port>,… (a Redis Cluster), redlock:<url>,… (Redlock over
 //               independent masters) or sentinel:<name>,<host:port>,… (a primary watched by sentinels,
 //               with waitForReplicas: one replica acknowledges every lease); the naive election runs
@@ -11,6 +11,7 @@
 //   fair:     true | false | strict (the module's default for the campaign's lock: a rolling deploy mixes them)
 //   election: nest-lock (LeaderService) | naive (the control: SET NX PX, renewed with PEXPIRE, leading
 //             until a renewal says otherwise, with a term from the resource's INCR)
+//   retryDelay: the campaign's wait after a store failure, in ms (100 unless given)
 //
 // SIGTERM closes the application (nest-lock: the campaign resigns), prints {"event":"closed"}, exits.
 import { NestFactory } from '@nestjs/core';
@@ -18,7 +19,7 @@ import { Redis } from 'ioredis';
 import { setTimeout as delay } from 'node:timers/promises';
 import { LeaderService, LockModule } from '../../../libs/lock/dist/index.js';
 
-const [lockUrl, resourceUrl, name, ttlArg, fairArg, election] = process.argv.slice(2);
+const [lockUrl, resourceUrl, name, ttlArg, fairArg, election, retryDelayArg = '100'] = process.argv.slice(2);
 const ttl = Number(ttlArg);
 const fair = fairArg === 'strict' ? 'strict' : fairArg === 'true';
 const print = (line) => process.stdout.write(`${JSON.stringify({ ...line, pid: process.pid, at: Date.now() })}\n`);
@@ -63,7 +64,7 @@ async function withLeaderService() {
   );
   const leadership = app.get(LeaderService).campaign(name, {
     ttl,
-    retryDelay: 100,
+    retryDelay: Number(retryDelayArg),
     onElected: (term, signal) => {
       const since = clock();
       print({ event: 'elected', term });
