@@ -88,4 +88,16 @@ describe('the demo page in a browser', () => {
     expect(newest.slice(0, 2)).toEqual(['lock off', 'lock on']);
     expect(await page.locator('#spread-control').isHidden()).toBe(true);
   });
+
+  it('shows the leader, its term, and the leader-only job run by it beside the skip-when-busy one', async () => {
+    // One process: it leads, and runs every firing of both jobs.
+    await page.locator('#report-runs tbody tr').first().waitFor({ timeout: 10_000 });
+    await page.locator('#job-runs tbody tr').first().waitFor({ timeout: 10_000 });
+    const term = await page.locator('#leader-term').textContent();
+    expect(Number(term)).toBeGreaterThan(0);
+    expect(await page.locator('#leader-here').textContent()).toMatch(/^pid \d+ \(port \d+\), the leader$/);
+    const [, by, runTerm] = await page.locator('#report-runs tbody tr').first().locator('td').allTextContents();
+    expect([by, runTerm]).toEqual([await page.locator('#leader-by').textContent(), term]);
+    await page.screenshot({ path: `${ARTIFACTS}/demo-page-leader.png`, fullPage: true });
+  });
 });

@@ -4,6 +4,7 @@ import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import type { StampedeRun } from '../apps/demo/src/stampede/stampede.service.js';
+import type { LeaderView } from '../apps/demo/src/leader/leader.controller.js';
 import type { JobRun } from '../apps/demo/src/storage/demo-storage.js';
 import { setTimeout as delay } from 'node:timers/promises';
 import { useBuilt } from './support/built.js';
@@ -39,6 +40,7 @@ describe('the demo on three processes', () => {
   afterAll(async () => {
     await Promise.all(
       demos.map(async (demo) => {
+        if (demo.exitCode !== null || demo.signalCode !== null) return; // the leader stopped by its test
         const exited = once(demo, 'exit');
         demo.kill('SIGTERM');
         await exited;
@@ -104,6 +106,46 @@ describe('the demo on three processes', () => {
     expect(off).toMatchObject({ lock: 'off', processes: 3, statuses: { 200: 150 } });
     expect(off.backendCalls).toBeGreaterThan(1);
   });
+
+  // Last: it stops one of the three.
+  it('elects one leader, runs the leader-only stock report on it alone, and hands over at once when it stops', async () => {
+    const views = async (among = urls) =>
+      Promise.all(among.map(async (url) => (await (await fetch(`${url}/leader`)).json()) as LeaderView));
+    let now = await views();
+    while (now[0].runs.length < 3) {
+      await delay(250);
+      now = await views();
+    }
+    const { leader, runs } = now[0];
+    // Every process shows the same leader, and exactly one says it leads: that one.
+    expect(now.map((view) => view.leader)).toEqual([leader, leader, leader]);
+    const leading = now.filter((view) => view.here.leads);
+    expect(leading.map((view) => [view.here.by, view.here.term])).toEqual([[leader!.by, leader!.term]]);
+    // Every run of the report by the leader, under its term, one per firing.
+    expect(new Set(runs.map((run) => `${run.by} ${run.term}`))).toEqual(new Set([`${leader!.by} ${leader!.term}`]));
+    expect(new Set(runs.map((run) => run.firing)).size).toBe(runs.length);
+
+    // The leader shut down (SIGTERM): it resigns, and another leads within a second, under a higher term.
+    const index = now.indexOf(leading[0]);
+    const stopping = demos[index];
+    const stoppedAt = Date.now();
+    const exited = once(stopping, 'exit');
+    stopping.kill('SIGTERM');
+    await exited;
+    const others = urls.filter((_, i) => i !== index);
+    let after = await views(others);
+    while (!after.some((view) => view.here.leads)) {
+      await delay(20);
+      after = await views(others);
+    }
+    expect(Date.now() - stoppedAt).toBeLessThan(3_000); // its lease is 5 s: the handover did not wait for it
+    const successor = after.find((view) => view.here.leads)!;
+    expect(successor.here.term).toBeGreaterThan(leader!.term);
+    expect(after.filter((view) => view.here.leads)).toHaveLength(1);
+    // The next firings run on the new leader.
+    while (!(await views(others))[0].runs.some((run) => run.term === successor.here.term)) await delay(250);
+    expect((await views(others))[0].leader).toMatchObject({ by: successor.here.by, term: successor.here.term });
+  }, 30_000);
 });
 
 describe('the built demo without REDIS_URL (what npm start runs)', () => {

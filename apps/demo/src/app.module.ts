@@ -8,6 +8,8 @@ import { ProductsService } from './catalogue/products.service.js';
 import { ReportsService } from './catalogue/reports.service.js';
 import { DEMO_CONFIG, type DemoConfig } from './demo.config.js';
 import { PriceRefreshJob } from './jobs/price-refresh.job.js';
+import { LeaderController } from './leader/leader.controller.js';
+import { StockReportJob } from './leader/stock-report.job.js';
 import { PageController } from './page/page.controller.js';
 import { StampedeController } from './stampede/stampede.controller.js';
 import { StampedeService } from './stampede/stampede.service.js';
@@ -22,7 +24,7 @@ export class AppModule implements OnApplicationShutdown {
     return {
       module: AppModule,
       imports: [ScheduleModule.forRoot(), LockModule.forRoot(config.redisUrl ? { redis: config.redisUrl } : {})],
-      controllers: [PageController, CatalogueController, StatsController, StampedeController],
+      controllers: [PageController, CatalogueController, StatsController, StampedeController, LeaderController],
       providers: [
         { provide: DEMO_CONFIG, useValue: config },
         {
@@ -35,6 +37,7 @@ export class AppModule implements OnApplicationShutdown {
         ReportsService,
         StampedeService,
         PriceRefreshJob,
+        StockReportJob,
       ],
     };
   }

@@ -37,6 +37,11 @@ export function readDemoConfig(env: NodeJS.ProcessEnv): DemoConfig {
   };
 }
 
+/** How the page names a demo process. */
+export function processLabel(config: DemoConfig): string {
+  return `pid ${process.pid} (port ${config.port})`;
+}
+
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number, max = 86_400_000): number {
   const raw = env[name];
   if (raw === undefined || raw === '') return fallback;

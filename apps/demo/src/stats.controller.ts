@@ -14,7 +14,7 @@ export class StatsController {
   /** The latest runs of the scheduled price refresh, newest first: one per firing, across every process. */
   @Get('jobs')
   jobRuns(): Promise<JobRun[]> {
-    return this.storage.jobRuns();
+    return this.storage.jobRuns('priceRefresh');
   }
 
   @Delete()

@@ -2,7 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { Cron } from '@nestjs/schedule';
 import { WithLock } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
-import { DEMO_CONFIG, type DemoConfig } from '../demo.config.js';
+import { DEMO_CONFIG, type DemoConfig, processLabel } from '../demo.config.js';
 import { DemoStorage } from '../storage/demo-storage.js';
 
 /** Every 3 seconds, on the wall clock: every demo process fires at the same moments. */
@@ -37,9 +37,6 @@ export class PriceRefreshJob {
   async refresh(): Promise<void> {
     await delay(100); // the refresh itself
     await this.storage.increment('priceRefreshRuns');
-    await this.storage.recordJobRun({
-      firing: firingOf(Date.now()),
-      by: `pid ${process.pid} (port ${this.config.port})`,
-    });
+    await this.storage.recordJobRun('priceRefresh', { firing: firingOf(Date.now()), by: processLabel(this.config) });
   }
 }

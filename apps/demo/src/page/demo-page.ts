@@ -1,6 +1,7 @@
 /**
  * The page at `/`: asks the server to fire a hundred requests at a cold product (`POST /stampede`),
- * with the lock on, off or both, and shows the two modes side by side and the last few runs.
+ * with the lock on, off or both, and shows the two modes side by side and the last few runs; below,
+ * the scheduled jobs: the skip-when-busy price refresh and the leader-only stock report, with who leads.
  * One file, no build step: plain HTML, CSS and a small script.
  */
 export const DEMO_PAGE = `<!doctype html>
@@ -53,6 +54,22 @@ lets one process run each firing; the others skip it quietly. Start several demo
 </div>
 <table id="job-runs">
   <thead><tr><th>firing</th><th>run by</th></tr></thead>
+  <tbody></tbody>
+</table>
+<h2>A leader-only job</h2>
+<p>The demo processes also elect a leader (<code>LeaderService</code>). The stock report fires at the same
+moments in every process, but <code>@LeaderOnly('demo')</code> runs it on the leader alone, firing after
+firing, where the price refresh above goes to whichever process takes the lock first. Stop the leading
+process: another leads within the lease (5 s), at once on Ctrl-C, under a higher term.</p>
+<p id="leader">Leading: <strong id="leader-by">nobody yet</strong>, term <strong id="leader-term">–</strong>,
+since <span id="leader-since">–</span>. This page is served by <span id="leader-here">–</span>.</p>
+<div class="figures" id="report">
+  <div><div class="figure" id="report-fired">–</div><div class="label">firings, all processes</div></div>
+  <div><div class="figure" id="report-ran">–</div><div class="label">runs, on the leader</div></div>
+  <div><div class="figure" id="report-skipped">–</div><div class="label">skipped, not leading</div></div>
+</div>
+<table id="report-runs">
+  <thead><tr><th>firing</th><th>run by</th><th>term</th></tr></thead>
   <tbody></tbody>
 </table>
 <h2>Recent runs</h2>
@@ -148,16 +165,37 @@ async function showJob() {
     $('#job-fired').textContent = stats.priceRefreshFirings;
     $('#job-ran').textContent = stats.priceRefreshRuns;
     $('#job-skipped').textContent = stats.priceRefreshFirings - stats.priceRefreshRuns;
-    const body = $('#job-runs tbody');
-    body.replaceChildren(...runs.slice(0, 6).map((run) => {
-      const row = document.createElement('tr');
-      row.appendChild(document.createElement('td')).textContent = new Date(run.firing).toLocaleTimeString();
-      row.appendChild(document.createElement('td')).textContent = run.by;
-      return row;
-    }));
+    showJobRuns('#job-runs', runs, ['by']);
   } catch {
     // The next poll tries again.
   }
+}
+
+async function showLeader() {
+  try {
+    const [stats, { leader, here, runs }] = await Promise.all([(await fetch('/stats')).json(), (await fetch('/leader')).json()]);
+    $('#report-fired').textContent = stats.stockReportFirings;
+    $('#report-ran').textContent = stats.stockReportRuns;
+    $('#report-skipped').textContent = stats.stockReportFirings - stats.stockReportRuns;
+    if (leader) {
+      $('#leader-by').textContent = leader.by;
+      $('#leader-term').textContent = leader.term;
+      $('#leader-since').textContent = new Date(leader.since).toLocaleTimeString();
+    }
+    $('#leader-here').textContent = here.by + (here.leads ? ', the leader' : ', not leading');
+    showJobRuns('#report-runs', runs, ['by', 'term']);
+  } catch {
+    // The next poll tries again.
+  }
+}
+
+function showJobRuns(table, runs, fields) {
+  $(table + ' tbody').replaceChildren(...runs.slice(0, 6).map((run) => {
+    const row = document.createElement('tr');
+    row.appendChild(document.createElement('td')).textContent = new Date(run.firing).toLocaleTimeString();
+    for (const field of fields) row.appendChild(document.createElement('td')).textContent = run[field];
+    return row;
+  }));
 }
 
 $('#lock').addEventListener('change', showLockLabel);
@@ -166,7 +204,9 @@ $('#fire-both').addEventListener('click', () => fire('both'));
 showLockLabel();
 void offerSpread();
 void showJob();
+void showLeader();
 setInterval(showJob, 1500);
+setInterval(showLeader, 1500);
 </script>
 </body>
 </html>

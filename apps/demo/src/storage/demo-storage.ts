@@ -15,17 +15,36 @@ export interface DemoStorage {
   countLoad(productId: number): Promise<void>;
   loadsOf(productId: number): Promise<number>;
   resetLoadsOf(productId: number): Promise<void>;
-  /** A run of the scheduled price refresh: which firing of the schedule, and which process ran it. */
-  recordJobRun(run: JobRun): Promise<void>;
-  /** The latest runs, newest first (at most `KEEP_JOB_RUNS`). */
-  jobRuns(): Promise<JobRun[]>;
+  /** A run of a scheduled job: which firing of the schedule, and which process ran it. */
+  recordJobRun(job: JobName, run: JobRun): Promise<void>;
+  /** The latest runs of `job`, newest first (at most `KEEP_JOB_RUNS`). */
+  jobRuns(job: JobName): Promise<JobRun[]>;
+  /**
+   * A process elected leader of the demo processes. Fenced by its term: a record with a term below
+   * the one stored (a deposed leader's late write) is refused, and `false` says so.
+   */
+  recordLeader(leader: LeaderRecord): Promise<boolean>;
+  /** The latest leader recorded, if any. */
+  leader(): Promise<LeaderRecord | undefined>;
   close(): Promise<void>;
 }
+
+/** The demo's scheduled jobs: the skip-when-busy price refresh and the leader-only stock report. */
+export type JobName = 'priceRefresh' | 'stockReport';
 
 export interface JobRun {
   /** The firing's moment, ms since the epoch. */
   firing: number;
   by: string;
+  /** The leader's term, for a leader-only job. */
+  term?: number;
+}
+
+export interface LeaderRecord {
+  by: string;
+  term: number;
+  /** When its leadership began, ms since the epoch. */
+  since: number;
 }
 
 export const KEEP_JOB_RUNS = 20;
@@ -39,6 +58,8 @@ export const STAT_NAMES = [
   'lockWaits',
   'priceRefreshFirings',
   'priceRefreshRuns',
+  'stockReportFirings',
+  'stockReportRuns',
 ] as const;
 export type StatName = (typeof STAT_NAMES)[number];
 
@@ -50,7 +71,8 @@ export class MemoryDemoStorage implements DemoStorage {
   private readonly cache = new Map<string, { value: string; expiresAt: number }>();
   private counters = zeroStats();
   private readonly loads = new Map<number, number>();
-  private runs: JobRun[] = [];
+  private readonly runs: Record<JobName, JobRun[]> = { priceRefresh: [], stockReport: [] };
+  private latestLeader?: LeaderRecord;
 
   async getCached(key: string): Promise<string | undefined> {
     const entry = this.cache.get(key);
@@ -91,12 +113,22 @@ export class MemoryDemoStorage implements DemoStorage {
     this.loads.delete(productId);
   }
 
-  async recordJobRun(run: JobRun): Promise<void> {
-    this.runs = [run, ...this.runs].slice(0, KEEP_JOB_RUNS);
+  async recordJobRun(job: JobName, run: JobRun): Promise<void> {
+    this.runs[job] = [run, ...this.runs[job]].slice(0, KEEP_JOB_RUNS);
   }
 
-  async jobRuns(): Promise<JobRun[]> {
-    return [...this.runs];
+  async jobRuns(job: JobName): Promise<JobRun[]> {
+    return [...this.runs[job]];
+  }
+
+  async recordLeader(leader: LeaderRecord): Promise<boolean> {
+    if (this.latestLeader !== undefined && leader.term < this.latestLeader.term) return false;
+    this.latestLeader = { ...leader };
+    return true;
+  }
+
+  async leader(): Promise<LeaderRecord | undefined> {
+    return this.latestLeader && { ...this.latestLeader };
   }
 
   async close(): Promise<void> {
@@ -106,7 +138,20 @@ export class MemoryDemoStorage implements DemoStorage {
 }
 
 const STATS_KEY = 'demo:stats';
-const JOB_RUNS_KEY = 'demo:job-runs';
+const JOB_RUNS_KEYS: Record<JobName, string> = {
+  priceRefresh: 'demo:job-runs',
+  stockReport: 'demo:job-runs:stock-report',
+};
+const LEADER_KEY = 'demo:leader';
+/**
+ * KEYS[1]: the leader record (a hash: by, term, since). ARGV: by, term, since.
+ * Returns 1 when recorded, 0 when refused: the term fences the record, so a deposed leader whose
+ * write arrives after its successor's cannot put itself back on the page.
+ */
+const RECORD_LEADER = `
+if tonumber(redis.call('HGET', KEYS[1], 'term') or '-1') > tonumber(ARGV[2]) then return 0 end
+redis.call('HSET', KEYS[1], 'by', ARGV[1], 'term', ARGV[2], 'since', ARGV[3])
+return 1`;
 /** Long enough to read after a stampede; short enough that counts of products nobody watches go away. */
 const LOADS_TTL_SECONDS = 600;
 
@@ -156,16 +201,26 @@ export class RedisDemoStorage implements DemoStorage {
     await this.redis.del(`demo:loads:${productId}`);
   }
 
-  async recordJobRun(run: JobRun): Promise<void> {
+  async recordJobRun(job: JobName, run: JobRun): Promise<void> {
+    const key = JOB_RUNS_KEYS[job];
     await this.redis
       .multi()
-      .lpush(JOB_RUNS_KEY, JSON.stringify(run))
-      .ltrim(JOB_RUNS_KEY, 0, KEEP_JOB_RUNS - 1)
+      .lpush(key, JSON.stringify(run))
+      .ltrim(key, 0, KEEP_JOB_RUNS - 1)
       .exec();
   }
 
-  async jobRuns(): Promise<JobRun[]> {
-    return (await this.redis.lrange(JOB_RUNS_KEY, 0, -1)).map((entry) => JSON.parse(entry) as JobRun);
+  async jobRuns(job: JobName): Promise<JobRun[]> {
+    return (await this.redis.lrange(JOB_RUNS_KEYS[job], 0, -1)).map((entry) => JSON.parse(entry) as JobRun);
+  }
+
+  async recordLeader({ by, term, since }: LeaderRecord): Promise<boolean> {
+    return (await this.redis.eval(RECORD_LEADER, 1, LEADER_KEY, by, term, since)) === 1;
+  }
+
+  async leader(): Promise<LeaderRecord | undefined> {
+    const { by, term, since } = await this.redis.hgetall(LEADER_KEY);
+    return by === undefined ? undefined : { by, term: Number(term), since: Number(since) };
   }
 
   async close(): Promise<void> {
