@@ -16,6 +16,7 @@ import {
 } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
 import { bootLockModule, closeLockApp, createLockApp, type LockApp, STORE_KINDS } from './support/lock-app.js';
+import { DelayProxy } from './support/delay-proxy.js';
 import { RedisServer, useRedisServer } from './support/redis-server.js';
 import { until } from './support/timing.js';
 import { killWorker, onWorkerReports, spawnWorker, workerExited } from './support/workers.js';
@@ -433,5 +434,107 @@ describe('@LeaderOnly', () => {
     }).compile();
     await expect(module.init()).rejects.toBeInstanceOf(InvalidArgumentError);
     await module.close().catch(() => undefined);
+  });
+});
+
+/** What a second outside review broke, each fixed with this test first. */
+describe('LeaderService: found by a second outside review', () => {
+  const server = useRedisServer();
+
+  it('whenLeader() given something that is no AbortSignal is refused, and the campaign goes on: it leads, and its resign hands over at once', async () => {
+    const { leaders: first } = await appOn({ redis: server().url });
+    const { leaders: second } = await appOn({ redis: server().url });
+    const leadership = first.campaign('misused', { ttl: 10_000 });
+    // Options by mistake instead of a signal: before, its waiter stayed and the next election threw,
+    // ending the campaign with its lock held and renewed for ever.
+    await expect(leadership.whenLeader({ signal: undefined } as never)).rejects.toBeInstanceOf(InvalidArgumentError);
+    await leadership.whenLeader();
+    expect(leadership.isLeader).toBe(true);
+    const other = second.campaign('misused', { ttl: 10_000 });
+    await leadership.resign();
+    await other.whenLeader(AbortSignal.timeout(2_000));
+    expect(other.term).toBeGreaterThan(0);
+  });
+
+  it('a campaign with a lease the store refuses (Redlock: above its quarantine) is refused at once, not retried for ever as an outage', async () => {
+    const masters = await Promise.all([1, 2, 3].map(() => RedisServer.start()));
+    try {
+      const { leaders } = await appOn({
+        redlock: { nodes: masters.map((master) => master.url), quarantine: 3_000 },
+        defaults: { ttl: 3_000 },
+      });
+      expect(() => leaders.campaign('report')).toThrow(InvalidArgumentError);
+      expect(() => leaders.campaign('report', { ttl: 5_000 })).toThrow(/quarantine/);
+      const allowed = leaders.campaign('report', { ttl: 3_000 });
+      await allowed.whenLeader(AbortSignal.timeout(5_000));
+    } finally {
+      await Promise.all(apps.splice(0).map((app) => closeLockApp(app)));
+      await Promise.all(masters.map((master) => master.stop()));
+    }
+  });
+
+  it('a graceful shutdown lets a @LeaderOnly call in flight finish before it resigns: the next leader never runs beside it', async () => {
+    const events: string[] = [];
+    @Injectable()
+    class Report {
+      static instances = 0;
+      readonly id = `app-${++Report.instances}`;
+
+      @LeaderOnly('drained', { ttl: 10_000 })
+      async build(): Promise<void> {
+        events.push(`${this.id} started`);
+        await delay(600);
+        events.push(`${this.id} finished`);
+      }
+    }
+    const boot = async () => {
+      const module = await Test.createTestingModule({
+        imports: [LockModule.forRoot({ redis: server().url, logger: false })],
+        providers: [Report],
+      }).compile();
+      await module.init();
+      return module;
+    };
+    const first = await boot();
+    await first.get(LeaderService).leadership('drained')!.whenLeader();
+    const second = await boot();
+    const running = first.get(Report).build();
+    await delay(50);
+    const closed = first.close();
+    const successor = second.get(LeaderService).leadership('drained')!;
+    await successor.whenLeader(AbortSignal.timeout(5_000));
+    events.push('successor leads');
+    await Promise.all([running, closed]);
+    await second.close();
+    // Before, the first resigned at once: its successor led while its run still went on.
+    expect(events).toEqual(['app-1 started', 'app-1 finished', 'successor leads']);
+  });
+
+  it('on a slow reply path, a leadership whose lease ran out by its own clock ends for good: isLeader never turns true again under the same term', async () => {
+    const proxy = await DelayProxy.start(server().port);
+    try {
+      const { leaders } = await appOn({ redis: proxy.url, commandTimeout: 1_000 });
+      const leadership = leaders.campaign('slow', { ttl: 300, retryDelay: 100 });
+      await leadership.whenLeader(AbortSignal.timeout(5_000));
+      const term = leadership.term!;
+      const signal = leadership.signal!;
+      // Renewals (every 100 ms) answered 230 ms late: the lease runs out here before each answer comes.
+      await proxy.setReplyDelay(230);
+      const seen: boolean[] = [];
+      const watchUntil = performance.now() + 1_500;
+      while (performance.now() < watchUntil) {
+        if (leadership.term === undefined || leadership.term === term) seen.push(leadership.isLeader);
+        await delay(5);
+      }
+      // Before: isLeader went false → true within the term over and over, its signal never aborted.
+      const firstFalse = seen.indexOf(false);
+      expect(firstFalse).toBeGreaterThanOrEqual(0);
+      expect(seen.slice(firstFalse).filter((leading) => leading).length).toBe(0);
+      expect(signal.aborted).toBe(true);
+      expect((signal.reason as LockLostError).reason).toBe('expired');
+    } finally {
+      await Promise.all(apps.splice(0).map((app) => closeLockApp(app)));
+      await proxy.stop();
+    }
   });
 });

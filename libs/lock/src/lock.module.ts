@@ -6,7 +6,7 @@ import { LeaderService } from './leader/leader.service.js';
 import { LeaseEngine } from './lease/lease-engine.js';
 import { Watchdog } from './lease/watchdog.js';
 import { createLockLogger } from './lock-logger.js';
-import { LOCK_OPTIONS } from './lock.constants.js';
+import { LOCK_OPTIONS, SHUTDOWN_GRACE_MS } from './lock.constants.js';
 import type { LockLostError } from './lock.errors.js';
 import { ConfigurableModuleClass, LOCK_MODULE_OPTIONS, type OPTIONS_TYPE } from './lock.module-definition.js';
 import { type LockModuleOptions, resolveModuleOptions, type ResolvedModuleOptions } from './lock-module.options.js';
@@ -19,9 +19,6 @@ import { RedisStore } from './store/redis/redis.store.js';
 import { RedlockStore } from './store/redlock/redlock.store.js';
 import { LockStore } from './store/store.js';
 import { LockTelemetry } from './telemetry/telemetry.js';
-
-/** How long a shutdown waits for locked routines in flight to finish and release. */
-const SHUTDOWN_GRACE_MS = 5_000;
 
 @Module({
   // LeaderService finds the `@LeaderOnly` methods of the application's providers at bootstrap.

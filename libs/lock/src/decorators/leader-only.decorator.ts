@@ -9,9 +9,6 @@ import { classNameOf, type GuardDecorator, type GuardTicket, guardMethod } from 
 /** A `@LeaderOnly` campaign's settings: those of `LeaderService.campaign` without its callbacks. */
 export type LeaderOnlyOptions = Pick<CampaignOptions, 'ttl' | 'timeout' | 'retryDelay'>;
 
-/** What a leader's call holds: nothing to give back (the leadership outlives the call). */
-const LEADER: GuardTicket = { run: (call) => call(), leave: async () => undefined };
-
 /** Why a `@LeaderOnly` call did not run: turned into a skip by the guard, never seen by a caller. */
 class NotLeading extends Error {
   constructor(readonly leadershipName: string) {
@@ -47,7 +44,8 @@ export function LeaderOnly(name: string, options: LeaderOnlyOptions = {}): Guard
         decorator: '@LeaderOnly',
         service: LeaderService,
         guardFor: (leaders) => async () => {
-          if (leaders.leads(name, options, where)) return LEADER;
+          // Nothing to give back (the leadership outlives the call): counted while it runs.
+          if (leaders.leads(name, options, where)) return leaders.leaderOnlyCall() satisfies GuardTicket;
           throw new NotLeading(name);
         },
         skipWhenBusy: notLeading,

@@ -1,5 +1,6 @@
 import type { Lock } from '../held-lock.js';
 import { errorMessage, LockLostError, LockTimeoutError } from '../lock.errors.js';
+import { validateSignal } from '../options/call-options.js';
 import type { LockLogger } from '../lock-logger.js';
 import type { LockService } from '../lock.service.js';
 import { sleep } from '../util/sleep.js';
@@ -94,6 +95,11 @@ export class Campaign implements Leadership {
   }
 
   whenLeader(signal?: AbortSignal): Promise<void> {
+    try {
+      validateSignal(signal);
+    } catch (error) {
+      return Promise.reject(error);
+    }
     if (this.isLeader) return Promise.resolve();
     if (this.stopping.signal.aborted) return Promise.reject(this.resignation());
     if (signal?.aborted) return Promise.reject(signal.reason);
@@ -108,8 +114,8 @@ export class Campaign implements Leadership {
         resolve: () => (settled(), resolve()),
         reject: (error: unknown) => (settled(), reject(error)),
       };
-      this.electionWaiters.add(waiter);
       signal?.addEventListener('abort', givenUp, { once: true });
+      this.electionWaiters.add(waiter);
     });
   }
 
@@ -167,40 +173,56 @@ export class Campaign implements Leadership {
   private async lead(lock: Lock, term: number): Promise<void> {
     const tenure: Tenure = { lock, term, since: Date.now(), ended: new AbortController() };
     this.tenure = tenure;
-    this.logger.log(`Leading "${this.name}" (term ${term})`);
-    this.service.leadershipBegan();
-    for (const waiter of this.electionWaiters) waiter.resolve();
-    this.electionWaiters.clear();
-    this.tell('onElected', () => this.settings.onElected?.(term, tenure.ended.signal));
-
-    const { reason, why } = await this.endOf(lock);
-    tenure.ended.abort(reason);
-    this.tenure = undefined;
-    this.service.leadershipEnded();
-    this.logger.log(`No longer leading "${this.name}" (term ${term}): ${why}`);
-    // Resigned: the release wakes the next leader at once. Lost: the lease is released if it is ours
-    // after all (Redis back in time), without waiting on a store that may still be away.
-    if (reason.reason === 'released') await lock.unlock().catch(() => false);
-    else void lock.unlock().catch(() => false);
-    this.tell('onRevoked', () => this.settings.onRevoked?.(reason));
+    // Whatever happens while it leads, the leadership ends here and its lock is given back: a campaign
+    // must never stop while it holds the lock (renewed for ever, nobody else could lead).
+    let end: { reason: LockLostError; why: string } | undefined;
+    try {
+      this.logger.log(`Leading "${this.name}" (term ${term})`);
+      this.service.leadershipBegan();
+      for (const waiter of this.electionWaiters) waiter.resolve();
+      this.electionWaiters.clear();
+      this.tell('onElected', () => this.settings.onElected?.(term, tenure.ended.signal));
+      end = await this.endOf(lock);
+    } finally {
+      const { reason, why } = end ?? { reason: this.resignation(), why: 'the campaign failed' };
+      tenure.ended.abort(reason);
+      this.tenure = undefined;
+      this.service.leadershipEnded();
+      this.logger.log(`No longer leading "${this.name}" (term ${term}): ${why}`);
+      // Resigned: the release wakes the next leader at once. Lost: the lease is released if it is ours
+      // after all (Redis back in time), without waiting on a store that may still be away.
+      if (reason.reason === 'released') await lock.unlock().catch(() => false);
+      else void lock.unlock().catch(() => false);
+      this.tell('onRevoked', () => this.settings.onRevoked?.(reason));
+    }
   }
 
   /**
-   * Why a leadership ends: its lock's loss, the campaign's resignation, or the store's connection
-   * closing, whichever comes first. A server restarted without persistence lost the lease, and another
-   * process may lead as soon as it reconnects: a leader stops at once rather than at its next renewal.
+   * Why a leadership ends: its lock's loss, the campaign's resignation, the store's connection
+   * closing, or its lease running out by this process's clock, whichever comes first. A server
+   * restarted without persistence lost the lease, and another process may lead as soon as it
+   * reconnects: a leader stops at once rather than at its next renewal. A renewal answered after the
+   * lease ran out here (a slow reply path) would bring the lock's validity back: the leadership has
+   * ended all the same — `isLeader` never turns true again within one leadership.
    */
   private endOf(lock: Lock): Promise<{ reason: LockLostError; why: string }> {
     const stopping = this.stopping.signal;
     return new Promise((resolve) => {
       let stopWatching = (): void => undefined;
-      const ended = (connectionClosed = false): void => {
+      const ranOut = setInterval(() => {
+        if (lock.validity <= 0) ended('expired');
+      }, validityCheckEvery(this.settings.ttl)).unref();
+      const ended = (cause?: 'connection closed' | 'expired'): void => {
+        clearInterval(ranOut);
         lock.signal.removeEventListener('abort', aborted);
         stopping.removeEventListener('abort', aborted);
         stopWatching();
-        if (connectionClosed) {
-          const reason = new LockLostError('lock', this.key, lock.token, 'taken', `The leadership of "${this.name}"`);
-          return resolve({ reason, why: 'the connection to the store closed' });
+        if (cause !== undefined) {
+          const lost = cause === 'expired' ? 'expired' : 'taken';
+          const reason = new LockLostError('lock', this.key, lock.token, lost, `The leadership of "${this.name}"`);
+          const why =
+            cause === 'expired' ? "its lease ran out by this process's clock" : 'the connection to the store closed';
+          return resolve({ reason, why });
         }
         const reason = lock.signal.aborted ? (lock.signal.reason as LockLostError) : this.resignation();
         resolve({ reason, why: reason.message });
@@ -209,7 +231,7 @@ export class Campaign implements Leadership {
       if (lock.signal.aborted || stopping.aborted) return ended();
       lock.signal.addEventListener('abort', aborted);
       stopping.addEventListener('abort', aborted);
-      stopWatching = this.service.watchConnection(() => ended(true));
+      stopWatching = this.service.watchConnection(() => ended('connection closed'));
     });
   }
 
@@ -248,4 +270,9 @@ export class Campaign implements Leadership {
     this.storeTrouble = undefined;
     this.logger.log(`Campaign for "${this.name}" reaches the store again`);
   }
+}
+
+/** How often a leader looks whether its lease ran out by its own clock: a twentieth of it, 10–100 ms. */
+function validityCheckEvery(ttl: number): number {
+  return Math.min(100, Math.max(10, ttl / 20));
 }

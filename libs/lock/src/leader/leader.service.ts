@@ -9,13 +9,14 @@ import { DiscoveryService } from '@nestjs/core';
 import { registerLiveService, unregisterLiveService } from '../live-services.js';
 import { InvalidArgumentError, LockBackendError } from '../lock.errors.js';
 import { createLockLogger, type LockLogger } from '../lock-logger.js';
-import { LOCK_OPTIONS } from '../lock.constants.js';
+import { LOCK_OPTIONS, SHUTDOWN_GRACE_MS } from '../lock.constants.js';
 import { LockService } from '../lock.service.js';
-import { watchConnectionOf } from '../lease/store-capabilities.js';
+import { checkTtlOn, watchConnectionOf } from '../lease/store-capabilities.js';
 import { LockStore } from '../store/store.js';
 import { type ServiceOptions, validateKey } from '../options/call-options.js';
 import type { Skip } from '../telemetry/telemetry.js';
 import { LockTelemetry } from '../telemetry/telemetry.js';
+import { sleep } from '../util/sleep.js';
 import { Campaign, type Leadership } from './campaign.js';
 import { type CampaignOptions, type ResolvedCampaignOptions, resolveCampaignOptions } from './campaign-options.js';
 
@@ -58,6 +59,8 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
   private readonly logger: LockLogger;
   /** Set once the application shuts down: no campaign starts after its campaigns resigned. */
   private shuttingDown = false;
+  /** `@LeaderOnly` calls running now: a graceful shutdown lets them finish before it resigns. */
+  private leaderOnlyCalls = 0;
 
   /** Built by `LockModule`. @internal */
   constructor(
@@ -80,6 +83,8 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
   campaign(name: string, options: CampaignOptions = {}): Leadership {
     validateKey('name', name);
     const resolved = resolveCampaignOptions(options);
+    // A lease the store refuses (Redlock: longer than its quarantine) would fail every attempt.
+    checkTtlOn(this.store, resolved.ttl);
     if (this.shuttingDown) {
       throw new LockBackendError(`The application is shutting down: no campaign for "${name}" starts`, name, {
         retryable: false,
@@ -131,6 +136,23 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
     return this.declaredCampaign(name, options, where).isLeader;
   }
 
+  /**
+   * A `@LeaderOnly` call that runs (this process leads): counted until it is done, so that a graceful
+   * shutdown resigns only after it finished. @internal
+   */
+  leaderOnlyCall(): { run<T>(call: () => T): T; leave(): Promise<void> } {
+    this.leaderOnlyCalls++;
+    let left = false;
+    return {
+      run: (call) => call(),
+      leave: async () => {
+        if (left) return;
+        left = true;
+        this.leaderOnlyCalls--;
+      },
+    };
+  }
+
   /** A `@LeaderOnly` call skipped: this process does not lead. @internal */
   skipped(where: string, skip: Skip): void {
     this.logger.verbose(`${where} skipped: ${skip.detail}`);
@@ -164,11 +186,16 @@ export class LeaderService implements OnApplicationBootstrap, OnModuleDestroy, B
   }
 
   /**
-   * Every campaign resigns before the store closes (`LockModule` closes it on application shutdown):
-   * a leader of a process shut down gracefully hands over at once rather than after its lease.
+   * Every campaign resigns before the store closes (`LockModule` closes it on application shutdown),
+   * once its `@LeaderOnly` calls in flight finished: a leader of a process shut down gracefully hands
+   * over at once rather than after its lease.
    */
   async beforeApplicationShutdown(): Promise<void> {
     this.shuttingDown = true;
+    // `@LeaderOnly` calls still running finish as leader (for at most the grace period): resigned
+    // under them, the next leader's first run would overlap theirs.
+    const deadline = performance.now() + SHUTDOWN_GRACE_MS;
+    while (this.leaderOnlyCalls > 0 && performance.now() < deadline) await sleep(10);
     const campaigns = [...this.campaigns.values()];
     this.campaigns.clear();
     await Promise.all(campaigns.map((campaign) => campaign.resign()));
