@@ -26,8 +26,9 @@ const layers = {
     `${src}/held-*.ts`,
     `${src}/local-semaphore*.ts`,
     `${src}/live-services.ts`,
-    // Leader election: a service built on LockService's public API.
+    // Leader election and single-flight loads: services built on LockService's public API.
     `${src}/leader/**`,
+    `${src}/single-flight/**`,
   ],
   core: [`${src}/lease/**`],
   kinds: [`${src}/kinds/**`],

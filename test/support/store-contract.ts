@@ -220,5 +220,24 @@ export function describeStoreContract(name: string, start: () => Promise<StoreUn
       expect(performance.now() - released).toBeLessThan(stores[0].openTurn ? 500 : 2_500);
       await next.unlock();
     });
+
+    it('shares short-lived values between owners, each for its ttl (or keeps none)', async () => {
+      const [mine, theirs] = [stores[0].values, stores[1].values];
+      if (mine === undefined || theirs === undefined) {
+        expect(stores.every((store) => store.values === undefined)).toBe(true);
+        return;
+      }
+      const name = uniqueKey('value');
+      expect(await theirs.get(name)).toBeUndefined();
+      await mine.set(name, 'first', 10_000);
+      expect(await theirs.get(name)).toBe('first');
+      await theirs.set(name, 'é{}\n'.repeat(1_000), 10_000);
+      expect(await mine.get(name)).toBe('é{}\n'.repeat(1_000));
+      await mine.delete(name);
+      expect(await theirs.get(name)).toBeUndefined();
+      await mine.set(name, 'brief', 100);
+      await delay(200);
+      expect(await theirs.get(name)).toBeUndefined();
+    });
   });
 }

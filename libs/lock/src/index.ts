@@ -6,6 +6,8 @@ export {
   LockBackendError,
   LockError,
   type LockErrorCode,
+  LoaderError,
+  LoadTimeoutError,
   LockLostError,
   LockNotConfiguredError,
   LockTimeoutError,
@@ -36,6 +38,8 @@ export { LeaderService } from './leader/leader.service.js';
 export type { Leadership } from './leader/campaign.js';
 export type { CampaignOptions } from './leader/campaign-options.js';
 export { LeaderOnly, type LeaderOnlyOptions } from './decorators/leader-only.decorator.js';
+export { SingleFlightService } from './single-flight/single-flight.service.js';
+export type { SingleFlightOptions } from './single-flight/single-flight-options.js';
 export type { KeyTemplate } from './decorators/key-template.js';
 export type { OnBusy } from './decorators/guarded-method.js';
 export {
@@ -47,6 +51,7 @@ export {
   LockStore,
   PASSED_WITHOUT_FENCE,
   type ReleaseOptions,
+  type SharedValues,
   type Successor,
   type TakenIfFree,
   type Turn,

@@ -21,6 +21,7 @@ export type LockErrorCode =
   | 'BACKEND_ERROR'
   | 'LOCK_UPGRADE'
   | 'LOCK_LOST'
+  | 'LOAD_TIMEOUT'
   | 'NOT_CONFIGURED';
 
 /**
@@ -237,6 +238,50 @@ const WHY: Record<LockLostError['reason'], string> = {
 };
 
 /**
+ * No value for a single-flight `key` within the caller's `timeout`: the load, by this process or
+ * another, goes on for the callers still waiting.
+ */
+export class LoadTimeoutError extends LockError {
+  readonly code = 'LOAD_TIMEOUT';
+  /** Whole milliseconds spent waiting before giving up. */
+  readonly waited: number;
+
+  constructor(
+    readonly key: string,
+    waited: number,
+    readonly timeout: number,
+  ) {
+    super(`No value for "${key}" ${withinTimeout(timeout)}: its load has not finished`);
+    this.waited = Math.round(waited);
+  }
+
+  /** 503 with `Retry-After`: the value is on its way; trying again later may find it. */
+  override get httpAnswer(): HttpAnswer {
+    return { status: 503, retryLater: true, fields: { key: this.key } };
+  }
+}
+
+/**
+ * The error a single-flight loader threw in another process, as the callers that waited for it
+ * there receive it: its `name`, `message`, `code` and HTTP `status` (an `HttpException`'s), kept
+ * across processes; not one of nest-lock's own errors (the loader's code raised it).
+ */
+export class LoaderError extends Error {
+  constructor(
+    /** The loader's error's name (`NotFoundException`, `TypeError`, …). */
+    name: string,
+    message: string,
+    /** Its `code`, when it had one (a string or a number). */
+    readonly code?: string | number,
+    /** Its HTTP status, when it was an `HttpException` (or had a numeric `status`). */
+    readonly status?: number,
+  ) {
+    super(message);
+    this.name = name;
+  }
+}
+
+/**
  * nest-lock is not set up where it is used: a class with `@WithLock` / `@Semaphore` that Nest did not
  * create, in a process where no `LockModule` runs (or several do, and the class cannot tell which).
  */
@@ -252,6 +297,7 @@ export type AnyLockError =
   | LockBackendError
   | LockUpgradeError
   | LockLostError
+  | LoadTimeoutError
   | LockNotConfiguredError;
 
 /**

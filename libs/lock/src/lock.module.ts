@@ -3,6 +3,7 @@ import { type DynamicModule, Inject, Module, type OnApplicationShutdown } from '
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { LockInterceptor } from './http/lock.interceptor.js';
 import { LeaderService } from './leader/leader.service.js';
+import { SingleFlightService } from './single-flight/single-flight.service.js';
 import { LeaseEngine } from './lease/lease-engine.js';
 import { Watchdog } from './lease/watchdog.js';
 import { createLockLogger } from './lock-logger.js';
@@ -35,10 +36,11 @@ import { LockTelemetry } from './telemetry/telemetry.js';
     LockService,
     SemaphoreService,
     LeaderService,
+    SingleFlightService,
     // nest-lock's errors as HTTP answers wherever they surface in a request (off with httpErrors: false).
     { provide: APP_INTERCEPTOR, useClass: LockInterceptor },
   ],
-  exports: [LockService, SemaphoreService, LeaderService, LockStore, LOCK_OPTIONS],
+  exports: [LockService, SemaphoreService, LeaderService, SingleFlightService, LockStore, LOCK_OPTIONS],
 })
 export class LockModule extends ConfigurableModuleClass implements OnApplicationShutdown {
   constructor(

@@ -279,7 +279,7 @@ export function validateKeys(argument: string, keys: unknown): string[] {
   return [...new Set(Array.from(keys as unknown[], (key, i) => validateKey(`${argument}[${i}]`, key)))];
 }
 
-function validateSignal(signal: unknown): AbortSignal | undefined {
+export function validateSignal(signal: unknown): AbortSignal | undefined {
   if (signal !== undefined && !(signal instanceof AbortSignal)) {
     throw new InvalidArgumentError('signal', `must be an AbortSignal, got ${describe(signal)}`);
   }

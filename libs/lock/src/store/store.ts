@@ -149,6 +149,22 @@ export interface LockStore {
    * its next renewal).
    */
   watchConnection?(onLost: () => void): () => void;
+
+  /**
+   * Short-lived values beside the leases, shared by every process on the store (what a single-flight
+   * load hands its waiters). Without it, `SingleFlightService` cannot pass a value between processes
+   * and refuses to load.
+   */
+  readonly values?: SharedValues;
+}
+
+/** Text values by name, each for a while (`LockStore.values`); a failure rejects with `LockBackendError`. */
+export interface SharedValues {
+  /** The value of `name`, or `undefined` when there is none (never set, deleted, or run out). */
+  get(name: string): Promise<string | undefined>;
+  /** Sets the value of `name` for `ttl` ms, replacing any. */
+  set(name: string, value: string, ttl: number): Promise<void>;
+  delete(name: string): Promise<void>;
 }
 
 /** How a release goes (`LockStore.release`). */

@@ -1,7 +1,7 @@
 import { LockBackendError } from '../../lock.errors.js';
 import { LONGEST_DURATION } from '../../options/durations.js';
 import { sleep } from '../../util/sleep.js';
-import type { Attempt, AttemptOptions, Inspection, LockStore, TakenIfFree, Turn } from '../store.js';
+import type { Attempt, AttemptOptions, Inspection, LockStore, SharedValues, TakenIfFree, Turn } from '../store.js';
 import type { StoreKind } from '../store-kind.js';
 
 /** One holder of a lease. */
@@ -35,6 +35,33 @@ export class MemoryStore implements LockStore {
   private readonly waiters = new Map<string, Map<string, { request: unknown; until: number }>>();
   private lastFence = 0;
   private closed = false;
+  /** Shared values by name, each with the `performance.now()` at which it runs out. */
+  private readonly sharedValues = new Map<string, { value: string; until: number }>();
+  /** How many values there were after the last sweep of the run-out ones. */
+  private valuesAfterSweep = 0;
+
+  readonly values: SharedValues = {
+    get: async (name) => {
+      this.refuseWhenClosed(name);
+      const entry = this.sharedValues.get(name);
+      if (entry === undefined || entry.until > performance.now()) return entry?.value;
+      this.sharedValues.delete(name);
+      return undefined;
+    },
+    set: async (name, value, ttl) => {
+      this.refuseWhenClosed(name);
+      this.sharedValues.set(name, { value, until: performance.now() + ttl });
+      // Run-out values nobody reads again are swept once their number doubled: memory stays bounded.
+      if (this.sharedValues.size < Math.max(64, 2 * this.valuesAfterSweep)) return;
+      const now = performance.now();
+      for (const [other, { until }] of this.sharedValues) if (until <= now) this.sharedValues.delete(other);
+      this.valuesAfterSweep = this.sharedValues.size;
+    },
+    delete: async (name) => {
+      this.refuseWhenClosed(name);
+      this.sharedValues.delete(name);
+    },
+  };
 
   async acquire<Request>(
     kind: StoreKind<Request>,
@@ -183,9 +210,14 @@ export class MemoryStore implements LockStore {
   async close(): Promise<void> {
     this.closed = true;
     this.waiters.clear();
+    this.sharedValues.clear();
     for (const holders of this.leases.values()) for (const holder of holders.values()) clearTimeout(holder.expiry);
     this.leases.clear();
     for (const lease of [...this.releaseListeners.keys()]) this.tellReleased(lease);
+  }
+
+  private refuseWhenClosed(id: string): void {
+    if (this.closed) throw new LockBackendError('The memory lock store is closed', id, { retryable: false });
   }
 
   /** What the callers still waiting for `lease` asked for, but `token`'s (expired waits dropped). */
@@ -211,7 +243,7 @@ export class MemoryStore implements LockStore {
 
   /** The unexpired holders of a lease, expired ones dropped: the deadline is checked as well as the timer, which may fire late. */
   private liveHolders(kind: StoreKind, id: string): Holders {
-    if (this.closed) throw new LockBackendError('The memory lock store is closed', id, { retryable: false });
+    this.refuseWhenClosed(id);
     const holders = this.leases.get(leaseKeyOf(kind, id)) ?? new Map<string, Holder>();
     const now = performance.now();
     for (const [token, holder] of holders) if (holder.deadline <= now) this.free(kind, id, token);

@@ -8,6 +8,7 @@ import type {
   LockStore,
   LeaseExtension,
   ReleaseOptions,
+  SharedValues,
   Successor,
   TakenIfFree,
   Turn,
@@ -115,6 +116,20 @@ export class RedisStore implements LockStore {
     }
     return this.granted(kind, id, token);
   }
+
+  /** At `<prefix>value:{<name>}`, with PX: every value runs out. */
+  readonly values: SharedValues = {
+    get: async (name) =>
+      (await this.run(name, `read the value "${name}"`, () => this.client.get(this.valueKey(name)))) ?? undefined,
+    set: async (name, value, ttl) => {
+      await this.run(name, `write the value "${name}"`, () =>
+        this.client.set(this.valueKey(name), value, 'PX', toMillis(ttl)),
+      );
+    },
+    delete: async (name) => {
+      await this.run(name, `delete the value "${name}"`, () => this.client.del(this.valueKey(name)));
+    },
+  };
 
   watchConnection(onLost: () => void): () => void {
     const lost = (): void => onLost();
@@ -387,6 +402,10 @@ export class RedisStore implements LockStore {
   /** `<prefix><namespace>{<id>}` (see the class comment for braces and long ids). */
   private mainKey(kind: StoreKind, id: string): string {
     return `${this.options.keyPrefix}${kind.redis.namespace}${hashTagged(id)}`;
+  }
+
+  private valueKey(name: string): string {
+    return `${this.options.keyPrefix}value:${hashTagged(name)}`;
   }
 
   private isCluster(): boolean {
