@@ -152,7 +152,7 @@ describe('single-flight across processes', () => {
     expect(control.loads).toBe(10_000);
   }, 120_000);
 
-  it("the loader's process SIGKILLed mid-load: another loads within the lock's ttl + 1 s, every surviving caller gets a value, 2 loads in all", async () => {
+  it("the loader's process SIGKILLed mid-load: another loads within the lock's lease (lockTtl) + 1 s, every surviving caller gets a value, 2 loads in all", async () => {
     let killedAt = 0;
     let secondLoadAt = 0;
     const run = await fire(4, 100, 'single-flight', {

@@ -47,7 +47,7 @@ describe('SingleFlightService: arguments', () => {
     ['a loader that is no function', () => ['k', 'load'] as const, 'loader'],
     ['an unknown option', () => ['k', one, { tll: 5 }] as const, 'tll'],
     ['a timeout of 0', () => ['k', one, { timeout: 0 }] as const, 'timeout'],
-    ['a negative ttl', () => ['k', one, { ttl: -1 }] as const, 'ttl'],
+    ['a negative lockTtl', () => ['k', one, { lockTtl: -1 }] as const, 'lockTtl'],
     ['a serialize that is no function', () => ['k', one, { serialize: 'json' }] as const, 'serialize'],
     ['a maxValueBytes of 0', () => ['k', one, { maxValueBytes: 0 }] as const, 'maxValueBytes'],
     ['a signal that is no AbortSignal', () => ['k', one, { signal: {} }] as const, 'signal'],
@@ -222,5 +222,138 @@ describe('SingleFlightService with Redis away', () => {
     const started = performance.now();
     await expect(flights.load('k', async () => 1, { timeout: 10_000 })).rejects.toBeInstanceOf(LockBackendError);
     expect(performance.now() - started).toBeLessThan(5_000);
+  });
+});
+
+describe('SingleFlightService.getOrLoad: arguments', () => {
+  it.each([
+    ['no options', () => ['k', one] as const, 'options'],
+    ['no ttl', () => ['k', one, {}] as const, 'ttl'],
+    ['a ttl of 0', () => ['k', one, { ttl: 0 }] as const, 'ttl'],
+    ['a negative staleFor', () => ['k', one, { ttl: 100, staleFor: -1 }] as const, 'staleFor'],
+    ['an earlyRefresh of -1', () => ['k', one, { ttl: 100, earlyRefresh: -1 }] as const, 'earlyRefresh'],
+    ['an unknown option', () => ['k', one, { ttl: 100, stale: 5 }] as const, 'stale'],
+  ])('refuses %s with InvalidArgumentError, before any command', async (_what, args, argument) => {
+    const flights = await flightsOn({ redis: 'redis://127.0.0.1:1' });
+    const getOrLoad = (flights.getOrLoad as (...a: unknown[]) => Promise<unknown>).bind(flights);
+    await expect(getOrLoad(...args())).rejects.toMatchObject({ constructor: InvalidArgumentError, argument });
+  });
+});
+
+describe.each(STORE_KINDS)('SingleFlightService.getOrLoad on the %s store', (kind) => {
+  async function flights(): Promise<SingleFlightService> {
+    const app = await createLockApp(kind, { logger: false });
+    apps.push(app);
+    return app.module.get(SingleFlightService);
+  }
+
+  it('reads through: loads once for concurrent callers, serves the cache for ttl, loads again after it', async () => {
+    const service = await flights();
+    const { loader, calls } = counted({ id: 3 }, 30);
+    const options = { ttl: 300, earlyRefresh: 0 };
+    const first = await Promise.all(Array.from({ length: 10 }, () => service.getOrLoad('p:3', loader, options)));
+    expect(first).toEqual(Array(10).fill({ id: 3 }));
+    expect(calls()).toBe(1);
+    expect(await service.getOrLoad('p:3', loader, options)).toEqual({ id: 3 });
+    expect(calls()).toBe(1);
+    await delay(350);
+    expect(await service.getOrLoad('p:3', loader, options)).toEqual({ id: 3 });
+    expect(calls()).toBe(2);
+  });
+
+  it('keeps a "not found" (null or undefined) for notFoundTtl, and an error not at all', async () => {
+    const service = await flights();
+    const { loader: nothing, calls } = counted(null, 10);
+    const options = { ttl: 10_000, notFoundTtl: 200, earlyRefresh: 0 };
+    expect(await service.getOrLoad('p:none', nothing, options)).toBeNull();
+    expect(await service.getOrLoad('p:none', nothing, options)).toBeNull();
+    expect(calls()).toBe(1);
+    await delay(250);
+    await service.getOrLoad('p:none', nothing, options);
+    expect(calls()).toBe(2);
+    let failures = 0;
+    const failing = async (): Promise<never> => {
+      failures++;
+      throw new Error('down');
+    };
+    await expect(service.getOrLoad('p:err', failing, { ttl: 10_000 })).rejects.toThrow('down');
+    await expect(service.getOrLoad('p:err', failing, { ttl: 10_000 })).rejects.toThrow('down');
+    expect(failures).toBe(2);
+  });
+
+  it('with staleFor, serves the stale value at once after ttl while one refresh runs, then the new value', async () => {
+    const service = await flights();
+    let version = 0;
+    const loader = async () => {
+      await delay(150);
+      return ++version;
+    };
+    const options = { ttl: 200, staleFor: 5_000, earlyRefresh: 0 };
+    expect(await service.getOrLoad('v', loader, options)).toBe(1);
+    await delay(250);
+    const started = performance.now();
+    const stale = await Promise.all(Array.from({ length: 5 }, () => service.getOrLoad('v', loader, options)));
+    // At once: the refresh (150 ms) runs in the background.
+    expect(performance.now() - started).toBeLessThan(100);
+    expect(stale).toEqual([1, 1, 1, 1, 1]);
+    await delay(300);
+    expect(await service.getOrLoad('v', loader, options)).toBe(2);
+    expect(version).toBe(2);
+  });
+});
+
+describe('SingleFlightService.getOrLoad on Redis, three applications (as three processes)', () => {
+  const server = useRedisServer();
+
+  /** Three applications asking for `key` every few ms for `ms`: what each call waited, and the loads. */
+  async function traffic(key: string, options: { ttl: number; staleFor?: number; earlyRefresh?: number }, ms: number) {
+    const services = [
+      await flightsOn({ redis: server().url }),
+      await flightsOn({ redis: server().url }),
+      await flightsOn({ redis: server().url }),
+    ];
+    const loads: number[] = [];
+    const loader = async () => {
+      loads.push(Date.now());
+      await delay(50);
+      return { at: Date.now() };
+    };
+    await services[0].getOrLoad(key, loader, options); // the first fill
+    const waits: number[] = [];
+    const end = performance.now() + ms;
+    await Promise.all(
+      services.map(async (service) => {
+        while (performance.now() < end) {
+          const started = performance.now();
+          await service.getOrLoad(key, loader, options);
+          waits.push(performance.now() - started);
+          await delay(5);
+        }
+      }),
+    );
+    waits.sort((a, b) => a - b);
+    return { loads, waits, p99: waits[Math.ceil(0.99 * waits.length) - 1] };
+  }
+
+  it('stale-while-revalidate: no call waits for the loader after the first fill, one refresh per expiry for the three', async () => {
+    const { loads, waits, p99 } = await traffic('swr', { ttl: 300, staleFor: 1_000, earlyRefresh: 0 }, 3_000);
+    // Each refresh starts at the first call after an expiry and takes 50 ms: a fresh period lasts 300 ms from its end.
+    expect(loads.length).toBeGreaterThanOrEqual(6);
+    expect(loads.length).toBeLessThanOrEqual(3_000 / 300 + 2);
+    // Never two loads of one expiry: loads are a fresh period apart.
+    for (let i = 1; i < loads.length; i++) expect(loads[i] - loads[i - 1]).toBeGreaterThanOrEqual(300);
+    expect(waits.length).toBeGreaterThan(300);
+    // An order of magnitude: a call reads the cache; none waits the loader's 50 ms.
+    expect(p99).toBeLessThan(40);
+  });
+
+  it('early refresh without staleFor: one load per cached value at most, and few calls wait for one', async () => {
+    const { loads, waits } = await traffic('xfetch', { ttl: 300, earlyRefresh: 1 }, 3_000);
+    // Refreshed before expiry, each value once: two loads are never closer than one load's 50 ms.
+    for (let i = 1; i < loads.length; i++) expect(loads[i] - loads[i - 1]).toBeGreaterThanOrEqual(50);
+    expect(loads.length).toBeLessThanOrEqual(3_000 / 100);
+    // Calls that waited about a load (≥ 40 ms): few, most refreshes having begun before the expiry.
+    const waited = waits.filter((wait) => wait >= 40).length;
+    expect(waited).toBeLessThan(waits.length / 10);
   });
 });

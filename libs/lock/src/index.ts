@@ -40,6 +40,7 @@ export type { CampaignOptions } from './leader/campaign-options.js';
 export { LeaderOnly, type LeaderOnlyOptions } from './decorators/leader-only.decorator.js';
 export { SingleFlightService } from './single-flight/single-flight.service.js';
 export type { SingleFlightOptions } from './single-flight/single-flight-options.js';
+export type { CacheOptions } from './single-flight/cache-entry.js';
 export type { KeyTemplate } from './decorators/key-template.js';
 export type { OnBusy } from './decorators/guarded-method.js';
 export {

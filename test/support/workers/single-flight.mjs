@@ -4,7 +4,7 @@
 // Before, {"event":"ready"} once the application runs; {"event":"loading"} when its loader has counted
 // itself and begins its wait, {"event":"loaded","ms":…} when it is done (its duration).
 //
-// usage: node single-flight.mjs <redisUrl> <key> <callers> <loaderMs> <mode> <ttl>
+// usage: node single-flight.mjs <redisUrl> <key> <callers> <loaderMs> <mode> <lockTtl>
 //   mode: single-flight — SingleFlightService.load;
 //         coded-error   — the same, with a loader that throws an error with a code;
 //         lock-reread   — the demo's workflow by hand: read the cache, on a miss take the key's lock,
@@ -19,10 +19,10 @@ import { NestFactory } from '@nestjs/core';
 import { Redis } from 'ioredis';
 import { LockModule, LockService, SingleFlightService } from '../../../libs/lock/dist/index.js';
 
-const [url, key, callersArg, loaderMsArg, mode, ttlArg] = process.argv.slice(2);
+const [url, key, callersArg, loaderMsArg, mode, lockTtlArg] = process.argv.slice(2);
 const callers = Number(callersArg);
 const loaderMs = Number(loaderMsArg);
-const ttl = Number(ttlArg);
+const lockTtl = Number(lockTtlArg);
 const print = (line) => process.stdout.write(`${JSON.stringify({ ...line, pid: process.pid, at: Date.now() })}\n`);
 
 const app = await NestFactory.createApplicationContext(LockModule.forRoot({ redis: url, logger: false }), {
@@ -50,7 +50,7 @@ async function call() {
   if (mode === 'none') return loader();
   if (mode === 'local') return (shared ??= loader());
   if (mode === 'lock-reread') return lockAndReread();
-  return flights.load(key, loader, { ttl, timeout: 30_000 });
+  return flights.load(key, loader, { lockTtl, timeout: 30_000 });
 }
 
 async function lockAndReread() {

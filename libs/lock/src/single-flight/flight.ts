@@ -92,19 +92,19 @@ export class Flight<T> {
   }
 
   private async fly(): Promise<T> {
-    const { ttl, cacheErrorsFor } = this.settings;
+    const { lockTtl, cacheErrorsFor } = this.settings;
     for (;;) {
       if (cacheErrorsFor > 0) {
         const cached = await this.values.get(this.names.error);
         if (cached !== undefined) return readRecord(this.key, cached, this.settings);
       }
-      const lock = await this.locks.tryLock(this.names.lock, { ttl, autoExtend: true });
+      const lock = await this.locks.tryLock(this.names.lock, { ttl: lockTtl, autoExtend: true });
       if (lock !== null) return this.loadHolding(lock);
       // Another process loads (or its waiters read what it loaded): wait until its release lets us read.
       const reading = await this.locks.lock(this.names.lock, {
         mode: 'read',
         // Held for one read: a reader whose process dies keeps the next load waiting this long at most.
-        ttl: Math.min(ttl, READ_TTL),
+        ttl: Math.min(lockTtl, READ_TTL),
         timeout: LONGEST_DURATION,
         signal: this.abandoned.signal,
       });

@@ -15,10 +15,10 @@ export interface SingleFlightOptions<T = unknown> {
   signal?: AbortSignal;
   /**
    * The lease of the key's lock while the loader runs, renewed until it returns: a loader longer
-   * than `ttl` is never run twice; a loader whose process dies is taken over within `ttl`.
+   * than `lockTtl` is never run twice; a loader whose process dies is taken over within `lockTtl`.
    * Default: the module's `defaults.ttl`.
    */
-  ttl?: number;
+  lockTtl?: number;
   /** Turns the loader's value into the text other processes receive. Default `JSON.stringify`. */
   serialize?: (value: T) => string;
   /** Turns that text back into a value, in the processes that waited. Default `JSON.parse`. */
@@ -38,7 +38,7 @@ export interface SingleFlightOptions<T = unknown> {
 export interface ResolvedSingleFlightOptions<T> {
   readonly timeout: number;
   readonly signal?: AbortSignal;
-  readonly ttl: number;
+  readonly lockTtl: number;
   readonly serialize: (value: T) => string;
   readonly deserialize: (text: string) => T;
   readonly maxValueBytes: number;
@@ -47,19 +47,20 @@ export interface ResolvedSingleFlightOptions<T> {
 
 export const DEFAULT_MAX_VALUE_BYTES = 4 * 1024 * 1024;
 
-const SINGLE_FLIGHT_OPTION_NAMES = optionNames(
-  keysOf<SingleFlightOptions>()({
-    timeout: true,
-    signal: true,
-    ttl: true,
-    serialize: true,
-    deserialize: true,
-    maxValueBytes: true,
-    cacheErrorsFor: true,
-  }),
-);
+/** The names of `SingleFlightOptions`, which `CacheOptions` extends. */
+export const SINGLE_FLIGHT_OPTION_KEYS = keysOf<SingleFlightOptions>()({
+  timeout: true,
+  signal: true,
+  lockTtl: true,
+  serialize: true,
+  deserialize: true,
+  maxValueBytes: true,
+  cacheErrorsFor: true,
+});
 
-/** `options` checked (names, ranges, functions), with the module's `ttl` and `timeout` where none is given. */
+const SINGLE_FLIGHT_OPTION_NAMES = optionNames(SINGLE_FLIGHT_OPTION_KEYS);
+
+/** `options` checked (names, ranges, functions), with the module's `ttl` (as `lockTtl`) and `timeout` where none is given. */
 export function resolveSingleFlightOptions<T>(
   options: unknown,
   defaults: { ttl: number; timeout: number },
@@ -80,7 +81,7 @@ export function resolveSingleFlightOptions<T>(
   return {
     timeout: given.timeout === undefined ? defaults.timeout : duration('timeout', given.timeout),
     ...(signal ? { signal } : {}),
-    ttl: given.ttl === undefined ? defaults.ttl : duration('ttl', given.ttl),
+    lockTtl: given.lockTtl === undefined ? defaults.ttl : duration('lockTtl', given.lockTtl),
     serialize: given.serialize ?? ((value: T) => JSON.stringify(value)),
     deserialize: given.deserialize ?? ((text: string) => JSON.parse(text) as T),
     maxValueBytes,

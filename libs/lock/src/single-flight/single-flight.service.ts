@@ -1,12 +1,31 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { InvalidArgumentError, LockNotConfiguredError } from '../lock.errors.js';
+import { errorMessage, InvalidArgumentError, LockNotConfiguredError } from '../lock.errors.js';
 import { createLockLogger, type LockLogger } from '../lock-logger.js';
 import { LOCK_OPTIONS } from '../lock.constants.js';
 import { LockService } from '../lock.service.js';
 import { type ServiceOptions, validateKey } from '../options/call-options.js';
-import { LockStore } from '../store/store.js';
+import { LockStore, type SharedValues } from '../store/store.js';
+import {
+  type CacheEntry,
+  type CacheOptions,
+  readEntry,
+  refreshesEarly,
+  resolveCacheOptions,
+  type ResolvedCacheOptions,
+  writeEntry,
+} from './cache-entry.js';
 import { Flight } from './flight.js';
-import { resolveSingleFlightOptions, type SingleFlightOptions } from './single-flight-options.js';
+import { readRecord, valueRecord } from './flight-record.js';
+import {
+  type ResolvedSingleFlightOptions,
+  resolveSingleFlightOptions,
+  type SingleFlightOptions,
+} from './single-flight-options.js';
+
+/** Where `getOrLoad` keeps `key`'s value among the store's values, and the name of its flights. */
+function cacheNameOf(key: string): string {
+  return `cache:${key}`;
+}
 
 /**
  * One load for a key, however many callers ask for it at once, in this process and across the
@@ -38,7 +57,7 @@ export class SingleFlightService {
    * they share the load in flight; in other processes, they wait for it and receive its value
    * (serialized: JSON unless `serialize` / `deserialize` say otherwise) or its error (a `LoaderError`
    * with the error's name, message, code and status). The loader runs with the key's lock held and
-   * renewed, so a loader longer than `ttl` never runs twice; nothing is cached once it is done (see
+   * renewed, so a loader longer than `lockTtl` never runs twice; nothing is cached once it is done (see
    * `cacheErrorsFor`). This caller's `timeout` (`LoadTimeoutError`) and `signal` end its wait only.
    */
   async load<T>(key: string, loader: () => T | Promise<T>, options: SingleFlightOptions<T> = {}): Promise<T> {
@@ -47,12 +66,85 @@ export class SingleFlightService {
       throw new InvalidArgumentError('loader', `must be a function, got ${typeof loader}`);
     }
     const settings = resolveSingleFlightOptions<T>(options, this.options.defaults);
+    return this.fly(key, loader, settings, this.sharedValues());
+  }
+
+  /**
+   * Read-through: the value of `key` in the cache (nest-lock's own, on the store: Redis across
+   * processes, the memory store in one), else loaded once for every caller of the fleet as `load`
+   * does, and kept for `ttl`. After `ttl`, with `staleFor`, the stale value is served at once while
+   * one refresh runs in the background for the whole fleet; before it, a caller may start that
+   * refresh early (`earlyRefresh`, XFetch), so that no expiry instant sends every caller to the
+   * loader. A "not found" (`null` or `undefined`) is kept for `notFoundTtl`; an error is not kept
+   * (unless `cacheErrorsFor`).
+   */
+  async getOrLoad<T>(key: string, loader: () => T | Promise<T>, options: CacheOptions<T>): Promise<T> {
+    validateKey('key', key);
+    if (typeof loader !== 'function') {
+      throw new InvalidArgumentError('loader', `must be a function, got ${typeof loader}`);
+    }
+    const settings = resolveCacheOptions<T>(options, this.options.defaults);
+    const values = this.sharedValues();
+    const cached = readEntry(await values.get(cacheNameOf(key)));
+    const now = Date.now();
+    if (cached !== undefined && now < cached.freshUntil + settings.staleFor) {
+      const fresh = now < cached.freshUntil;
+      // Stale, or fresh but drawn to refresh early: one refresh for the fleet, in the background.
+      if (!fresh || refreshesEarly(cached, now, settings.earlyRefresh)) {
+        this.fly(cacheNameOf(key), () => this.fill(key, loader, settings, values, cached), settings, values).catch(
+          (error: unknown) =>
+            this.logger.warn(`Refresh of "${key}" failed, its value is served as it was: ${errorMessage(error)}`),
+        );
+      }
+      return readRecord(key, cached.record, settings);
+    }
+    return this.fly(cacheNameOf(key), () => this.fill(key, loader, settings, values, cached), settings, values);
+  }
+
+  /**
+   * Under the flight's lock: loads `key` and keeps its value, unless another process did since
+   * `seen` was read (a fresh entry other than `seen` is its value: no load).
+   */
+  private async fill<T>(
+    key: string,
+    loader: () => T | Promise<T>,
+    settings: ResolvedCacheOptions<T>,
+    values: SharedValues,
+    seen: CacheEntry | undefined,
+  ): Promise<T> {
+    const current = readEntry(await values.get(cacheNameOf(key)));
+    if (current !== undefined && current.freshUntil !== seen?.freshUntil && Date.now() < current.freshUntil) {
+      return readRecord(key, current.record, settings);
+    }
+    const started = Date.now();
+    const value = await loader();
+    const loadMs = Date.now() - started;
+    const record = valueRecord(key, value, settings);
+    // A value that cannot travel (see valueRecord) is not kept: the callers of this process get it.
+    if (record.startsWith('x')) return value;
+    const fresh = value === null || value === undefined ? settings.notFoundTtl : settings.ttl;
+    const entry = writeEntry({ freshUntil: Date.now() + fresh, loadMs, record });
+    await values.set(cacheNameOf(key), entry, fresh + settings.staleFor);
+    return value;
+  }
+
+  private sharedValues(): SharedValues {
     const { values } = this.store;
     if (values === undefined) {
       throw new LockNotConfiguredError(
         'SingleFlightService needs a store that keeps shared values (the memory store, Redis, Sentinel or a Cluster): Redlock does not',
       );
     }
+    return values;
+  }
+
+  /** The flight of `key` in this process, started if none is: the caller joins it. */
+  private fly<T>(
+    key: string,
+    loader: () => T | Promise<T>,
+    settings: ResolvedSingleFlightOptions<T>,
+    values: SharedValues,
+  ): Promise<T> {
     let flight = this.flights.get(key) as Flight<T> | undefined;
     if (flight === undefined) {
       const ended = (): void => {
