@@ -10,6 +10,7 @@ describe("the package's public entry", () => {
       'LeaderService',
       'LeaderOnly',
       'SingleFlightService',
+      'SingleFlight',
       'LocalSemaphore',
       'LocalPermit',
       'WithLock',

@@ -39,6 +39,7 @@ export type { Leadership } from './leader/campaign.js';
 export type { CampaignOptions } from './leader/campaign-options.js';
 export { LeaderOnly, type LeaderOnlyOptions } from './decorators/leader-only.decorator.js';
 export { SingleFlightService } from './single-flight/single-flight.service.js';
+export { SingleFlight, type SingleFlightDecoratorOptions } from './decorators/single-flight.decorator.js';
 export type { SingleFlightOptions } from './single-flight/single-flight-options.js';
 export type { CacheOptions } from './single-flight/cache-entry.js';
 export type { KeyTemplate } from './decorators/key-template.js';

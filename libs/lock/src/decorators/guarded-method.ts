@@ -190,7 +190,7 @@ function storeAway(error: unknown): Skip | undefined {
 }
 
 /** Runs `fn`, marking what it throws or rejects with as raised by a decorator (for the HTTP mapping). */
-function markErrors<T>(fn: () => T, http: DecoratorHttpSettings): T {
+export function markErrors<T>(fn: () => T, http: DecoratorHttpSettings): T {
   try {
     const result = fn();
     if (result instanceof Promise)
@@ -208,7 +208,11 @@ const injectedProperties = new WeakMap<object, Map<unknown, symbol>>();
  * Nest names the property in the error of an application without LockModule, so its description
  * says what to do.
  */
-function injectService(target: object, service: abstract new (...args: never[]) => unknown, decorator: string): symbol {
+export function injectService(
+  target: object,
+  service: abstract new (...args: never[]) => unknown,
+  decorator: string,
+): symbol {
   const properties = injectedProperties.get(target) ?? new Map<unknown, symbol>();
   injectedProperties.set(target, properties);
   let property = properties.get(service);
@@ -225,13 +229,13 @@ export function classNameOf(target: object): string {
   return typeof target === 'function' ? target.name : target.constructor.name;
 }
 
-function returnsObservable(target: object, propertyKey: string | symbol): boolean {
+export function returnsObservable(target: object, propertyKey: string | symbol): boolean {
   const type: unknown = Reflect.getMetadata('design:returntype', target, propertyKey);
   return typeof type === 'function' && (type === Observable || type.prototype instanceof Observable);
 }
 
 /** Metadata that decorators applied before this one (`@Get`, `@Cron`, swagger, …) stored on the method itself. */
-function copyMetadata(from: object, to: object): void {
+export function copyMetadata(from: object, to: object): void {
   for (const key of Reflect.getOwnMetadataKeys(from)) {
     Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, from), to);
   }

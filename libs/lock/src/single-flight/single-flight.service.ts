@@ -1,4 +1,5 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { registerLiveService, unregisterLiveService } from '../live-services.js';
 import { errorMessage, InvalidArgumentError, LockNotConfiguredError } from '../lock.errors.js';
 import { createLockLogger, type LockLogger } from '../lock-logger.js';
 import { LOCK_OPTIONS } from '../lock.constants.js';
@@ -38,7 +39,7 @@ function cacheNameOf(key: string): string {
  * left on the store, or a loader's process that dies makes a second load, never a wrong value.
  */
 @Injectable()
-export class SingleFlightService {
+export class SingleFlightService implements OnModuleDestroy {
   // By key; each flight's type is its first caller's (the callers of one key ask for one type).
   private readonly flights = new Map<string, Flight<any>>(); // eslint-disable-line @typescript-eslint/no-explicit-any
   private readonly logger: LockLogger;
@@ -50,6 +51,11 @@ export class SingleFlightService {
     @Inject(LOCK_OPTIONS) private readonly options: ServiceOptions,
   ) {
     this.logger = createLockLogger(options.logger, 'SingleFlightService');
+    registerLiveService(SingleFlightService, this);
+  }
+
+  onModuleDestroy(): void {
+    unregisterLiveService(SingleFlightService, this);
   }
 
   /**
