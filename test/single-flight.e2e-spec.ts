@@ -111,6 +111,17 @@ describe.each(STORE_KINDS)('SingleFlightService on the %s store, one application
     await delay(350);
     await expect(service.load('cached', failing, { cacheErrorsFor: 300 })).rejects.toThrow('backend down');
     expect(calls).toBe(4);
+    // Whatever was thrown, even nothing at all, is kept (before: a thrown undefined was not).
+    let nothings = 0;
+    const throwsNothing = async (): Promise<never> => {
+      nothings++;
+      throw undefined; // eslint-disable-line @typescript-eslint/only-throw-error
+    };
+    await expect(service.load('nothing', throwsNothing, { cacheErrorsFor: 5_000 })).rejects.toBeUndefined();
+    await expect(service.load('nothing', throwsNothing, { cacheErrorsFor: 5_000 })).rejects.toMatchObject({
+      message: 'undefined',
+    });
+    expect(nothings).toBe(1);
   });
 
   it("a caller's timeout and signal end its own wait only: the others get the value of the one load", async () => {

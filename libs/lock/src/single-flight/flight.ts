@@ -129,7 +129,7 @@ export class Flight<T> {
   private async loadHolding(lock: Lock): Promise<T> {
     this.loading = true;
     let record: string | undefined;
-    let error: unknown;
+    let failed = false;
     try {
       // An earlier load's result must not answer the waiters of this one if this process dies.
       this.keep(this.values.delete(this.names.result));
@@ -137,14 +137,15 @@ export class Flight<T> {
       record = valueRecord(this.key, value, this.settings);
       return value;
     } catch (thrown) {
-      error = thrown;
+      failed = true;
       record = errorRecord(thrown);
       throw thrown;
     } finally {
-      if (record !== undefined) this.keep(this.values.set(this.names.result, record, RESULT_TTL));
-      const { cacheErrorsFor } = this.settings;
-      if (error !== undefined && cacheErrorsFor > 0)
-        this.keep(this.values.set(this.names.error, record!, cacheErrorsFor));
+      if (record !== undefined) {
+        this.keep(this.values.set(this.names.result, record, RESULT_TTL));
+        const { cacheErrorsFor } = this.settings;
+        if (failed && cacheErrorsFor > 0) this.keep(this.values.set(this.names.error, record, cacheErrorsFor));
+      }
       await lock.unlock().catch(() => false);
     }
   }
