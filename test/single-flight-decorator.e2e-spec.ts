@@ -1,5 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
-import { Controller, Get, Injectable, type INestApplication, NotFoundException, Param } from '@nestjs/common';
+import {
+  BadRequestException,
+  Controller,
+  Get,
+  Injectable,
+  type INestApplication,
+  NotFoundException,
+  Param,
+} from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { InvalidArgumentError, LockModule, SingleFlight } from 'nest-lock';
 import type { Server } from 'node:http';
@@ -19,6 +27,7 @@ class Catalogue {
     counted(id);
     await delay(150);
     if (id === 'missing') throw new NotFoundException(`no product ${id}`);
+    if (id === 'invalid') throw new BadRequestException(['id must be an integer', 'id must be positive']);
     return { id };
   }
 
@@ -95,10 +104,26 @@ describe('@SingleFlight on routes and services, two applications on one Redis (a
   it("the loader's HttpException answers the same on both pods: 404 with its message", async () => {
     const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => http(i % 2).get('/products/missing')));
     expect(answers.map((answer) => answer.status)).toEqual(Array(6).fill(404));
-    expect(new Set(answers.map((answer) => (answer.body as { message: string }).message))).toEqual(
-      new Set(['no product missing']),
+    expect(new Set(answers.map((answer) => JSON.stringify(answer.body)))).toEqual(
+      new Set([JSON.stringify({ message: 'no product missing', error: 'Not Found', statusCode: 404 })]),
     );
     expect(loads.get('missing')).toBe(1);
+  });
+
+  it('an HttpException with its own body answers with that body on both pods (a validation error)', async () => {
+    const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => http(i % 2).get('/products/invalid')));
+    expect(answers.map((answer) => answer.status)).toEqual(Array(6).fill(400));
+    // Before: the other pod answered {"statusCode":400,"message":"Bad Request Exception"}.
+    expect(new Set(answers.map((answer) => JSON.stringify(answer.body)))).toEqual(
+      new Set([
+        JSON.stringify({
+          message: ['id must be an integer', 'id must be positive'],
+          error: 'Bad Request',
+          statusCode: 400,
+        }),
+      ]),
+    );
+    expect(loads.get('invalid')).toBe(1);
   });
 
   it('a method returning an Observable shares its last value, lazily: nothing runs until subscribed', async () => {

@@ -368,3 +368,90 @@ describe('SingleFlightService.getOrLoad on Redis, three applications (as three p
     expect(waited).toBeLessThan(waits.length / 10);
   });
 });
+
+/** What an outside review broke, each fixed with this test first. */
+describe('SingleFlightService: found by an outside review', () => {
+  const server = useRedisServer();
+
+  async function commandsProcessed(): Promise<number> {
+    const redis = new Redis(server().url);
+    try {
+      return Number(/total_commands_processed:(\d+)/.exec(await redis.info('stats'))![1]);
+    } finally {
+      redis.disconnect();
+    }
+  }
+
+  it('a loader that never ends holds its key no longer than its callers wait: another process loads it then', async () => {
+    const a = await flightsOn({ redis: server().url });
+    const b = await flightsOn({ redis: server().url });
+    const never = () => new Promise<string>(() => undefined);
+    await expect(a.load('hung', never, { timeout: 200 })).rejects.toBeInstanceOf(LoadTimeoutError);
+    // Before: the lock stayed renewed for ever, and every caller of every process timed out.
+    const started = performance.now();
+    await expect(b.load('hung', async () => 'loaded by b', { timeout: 3_000 })).resolves.toBe('loaded by b');
+    expect(performance.now() - started).toBeLessThan(1_500);
+  });
+
+  it("a read lease without a result (its reader's process died) makes the next caller wait quietly, then load", async () => {
+    const flights = await flightsOn({ redis: server().url });
+    const dead = await bootLockModule({ redis: server().url, logger: false });
+    apps.push(dead);
+    // A reader that never releases: its lease runs out after 1 s.
+    await dead.locks.lock('single-flight:orphan', { mode: 'read', ttl: 1_000 });
+    const before = await commandsProcessed();
+    const started = performance.now();
+    await expect(flights.load('orphan', async () => 'loaded', { timeout: 5_000 })).resolves.toBe('loaded');
+    const commands = (await commandsProcessed()) - before;
+    expect(performance.now() - started).toBeGreaterThan(500);
+    // Before: hundreds of thousands of commands in that second, reading and trying again in a loop.
+    expect(commands).toBeLessThan(200);
+  });
+
+  it('load("cache:x") and getOrLoad("x") are two keys: neither gets the other\'s value', async () => {
+    const flights = await flightsOn({ redis: server().url });
+    const [loaded, cached] = await Promise.all([
+      flights.load('cache:x', () => delay(100).then(() => 'from load')),
+      flights.getOrLoad('x', () => delay(100).then(() => 'from getOrLoad'), { ttl: 10_000 }),
+    ]);
+    expect([loaded, cached]).toEqual(['from load', 'from getOrLoad']);
+  });
+
+  it('a module whose default timeout is 0 (one attempt) still gives single-flight callers a wait, and one load', async () => {
+    const flights = await flightsOn({ redis: server().url, defaults: { timeout: 0 } });
+    const { loader, calls } = counted('value', 100);
+    await expect(Promise.all([flights.load('t0', loader), flights.load('t0', loader)])).resolves.toEqual([
+      'value',
+      'value',
+    ]);
+    expect(calls()).toBe(1);
+  });
+
+  it('a caller whose signal has aborted already is refused at once, and no load starts for it', async () => {
+    const flights = await flightsOn({ redis: server().url });
+    const { loader, calls } = counted('value', 10);
+    const gone = AbortSignal.abort(new Error('client left'));
+    await expect(flights.load('aborted', loader, { signal: gone })).rejects.toThrow('client left');
+    await expect(flights.getOrLoad('aborted', loader, { ttl: 1_000, signal: gone })).rejects.toThrow('client left');
+    await delay(50);
+    expect(calls()).toBe(0);
+  });
+
+  it('a thrown plain object keeps its message across processes; an HTTP status out of range is left out', async () => {
+    const a = await flightsOn({ redis: server().url });
+    const b = await flightsOn({ redis: server().url });
+    const plain = () =>
+      delay(100).then(() => Promise.reject({ message: 'plain object', code: 'E_PLAIN', status: Number.NaN }));
+    const here = a.load('plain', plain);
+    await delay(20);
+    const there = b.load('plain', plain);
+    await expect(here).rejects.toMatchObject({ message: 'plain object' });
+    const error = (await there.catch((thrown: unknown) => thrown)) as LoaderError;
+    expect(error).toBeInstanceOf(LoaderError);
+    expect({ message: error.message, code: error.code, status: error.status }).toEqual({
+      message: 'plain object',
+      code: 'E_PLAIN',
+      status: undefined,
+    });
+  });
+});

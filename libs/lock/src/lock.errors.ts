@@ -264,7 +264,8 @@ export class LoadTimeoutError extends LockError {
 /**
  * The error a single-flight loader threw in another process, as the callers that waited for it
  * there receive it: its `name`, `message`, `code` and HTTP `status` (an `HttpException`'s), kept
- * across processes; not one of nest-lock's own errors (the loader's code raised it).
+ * across processes, and an `HttpException`'s response body; not one of nest-lock's own errors (the
+ * loader's code raised it).
  */
 export class LoaderError extends Error {
   constructor(
@@ -275,6 +276,8 @@ export class LoaderError extends Error {
     readonly code?: string | number,
     /** Its HTTP status, when it was an `HttpException` (or had a numeric `status`). */
     readonly status?: number,
+    /** An `HttpException`'s response body (`getResponse()`), as JSON carried it. */
+    readonly response?: unknown,
   ) {
     super(message);
     this.name = name;

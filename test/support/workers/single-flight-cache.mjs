@@ -46,6 +46,8 @@ for (let i = 0; performance.now() - start < Number(seconds) * 1_000; i++) {
   await delay(Math.max(0, start + (i + 1) * interval - performance.now()));
 }
 await Promise.all(calls);
-print({ event: 'done', latencies, loads });
 await app.close();
-process.exit(0);
+// Exits once the report is written: stdout is a pipe, written asynchronously (see single-flight.mjs).
+process.stdout.write(`${JSON.stringify({ event: 'done', latencies, loads, pid: process.pid })}\n`, () =>
+  process.exit(0),
+);

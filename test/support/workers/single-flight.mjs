@@ -129,7 +129,11 @@ if (process.env.SF_DEBUG)
     firstValue: firstValueAt - Number(line),
     cpuMs: Math.round((process.cpuUsage(cpuAtStart).user + process.cpuUsage(cpuAtStart).system) / 1000),
   });
-print({ event: 'done', loads, values, errors: [...errors], latencies });
 redis.disconnect();
 await app.close();
-process.exit(0);
+// Exits once the report is written: stdout is a pipe, written asynchronously, and a long line (every
+// latency) could be cut by an exit right after the write.
+process.stdout.write(
+  `${JSON.stringify({ event: 'done', loads, values, errors: [...errors], latencies, pid: process.pid, at: Date.now() })}\n`,
+  () => process.exit(0),
+);

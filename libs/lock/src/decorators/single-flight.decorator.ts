@@ -96,7 +96,13 @@ function serviceOf(instance: object, property: symbol | undefined, where: string
 /** A loader's `HttpException` seen from another process answers as it would have there. */
 function asHttpAnswer(error: unknown): unknown {
   if (!(error instanceof LoaderError) || error.status === undefined) return error;
-  const answer = new HttpException(error.message, error.status, { cause: error });
+  const answer = new HttpException(
+    (error.response as string | Record<string, unknown> | undefined) ?? error.message,
+    error.status,
+    {
+      cause: error,
+    },
+  );
   answer.name = error.name;
   return answer;
 }

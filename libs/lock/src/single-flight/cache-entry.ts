@@ -77,7 +77,7 @@ export interface CacheEntry {
 
 /** `<freshUntil>:<loadMs>:<record>`: two numbers, then the record as it is. */
 export function writeEntry({ freshUntil, loadMs, record }: CacheEntry): string {
-  return `${Math.round(freshUntil)}:${Math.round(loadMs)}:${record}`;
+  return `${Math.max(0, Math.round(freshUntil))}:${Math.max(0, Math.round(loadMs))}:${record}`;
 }
 
 /** The entry a cached text holds; `undefined` for none, or for a text this version cannot read. */

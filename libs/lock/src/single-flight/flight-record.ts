@@ -26,27 +26,42 @@ export function valueRecord<T>(key: string, value: T, settings: ResolvedSingleFl
   return `v${text}`;
 }
 
-/** The record of the error the loader threw: what a caller in another process needs to tell it. */
-export function errorRecord(error: unknown): string {
-  const message = errorMessage(error);
+/**
+ * The record of the error the loader threw: what a caller in another process needs to tell it — its
+ * name, message, code, HTTP status and, for an `HttpException`, its response body — within `maxBytes`
+ * (a longer message is cut, a larger body left out).
+ */
+export function errorRecord(error: unknown, maxBytes: number): string {
+  const message = messageOf(error);
+  let fields: Record<string, unknown> = { name: 'Error', message };
   try {
     const { name, code, status } = (typeof error === 'object' && error !== null ? error : {}) as {
       name?: unknown;
       code?: unknown;
       status?: unknown;
     };
-    const httpStatus =
-      typeof status === 'number' ? status : httpStatusOf(error as { getStatus?: () => unknown } | undefined);
-    return `e${JSON.stringify({
+    const httpStatus = isStatus(status) ? status : httpStatusOf(error);
+    const response = httpStatus === undefined ? undefined : httpResponseOf(error);
+    fields = {
       name: typeof name === 'string' ? name : 'Error',
       message,
-      ...(typeof code === 'string' || typeof code === 'number' ? { code } : {}),
+      ...(typeof code === 'string' || (typeof code === 'number' && Number.isFinite(code)) ? { code } : {}),
       ...(httpStatus !== undefined ? { status: httpStatus } : {}),
-    })}`;
+      ...(response !== undefined ? { response } : {}),
+    };
   } catch {
     // A thrown object whose properties throw when read (a revoked Proxy): its message is all it tells.
-    return `e${JSON.stringify({ name: 'Error', message })}`;
   }
+  let text = JSON.stringify(fields);
+  if (Buffer.byteLength(text) > maxBytes) {
+    const small: Record<string, unknown> = {
+      ...fields,
+      message: message.slice(0, Math.max(0, Math.floor(maxBytes / 4) - 200)),
+    };
+    delete small.response;
+    text = JSON.stringify(small);
+  }
+  return `e${text}`;
 }
 
 /** The value a record holds, or the error it says to throw. */
@@ -62,13 +77,14 @@ export function readRecord<T>(key: string, record: string, settings: ResolvedSin
     case 'u':
       return undefined as T;
     case 'e': {
-      const { name, message, code, status } = JSON.parse(body) as {
+      const { name, message, code, status, response } = JSON.parse(body) as {
         name: string;
         message: string;
         code?: string | number;
         status?: number;
+        response?: unknown;
       };
-      throw new LoaderError(name, message, code, status);
+      throw new LoaderError(name, message, code, status, response);
     }
     default:
       throw new InvalidArgumentError('value', (JSON.parse(body) as { message: string }).message);
@@ -79,12 +95,42 @@ function refusal(message: string): string {
   return `x${JSON.stringify({ message })}`;
 }
 
+/** An HTTP status: a whole number from 100 to 599. */
+function isStatus(status: unknown): status is number {
+  return typeof status === 'number' && Number.isInteger(status) && status >= 100 && status <= 599;
+}
+
 /** An `HttpException`'s status (`getStatus()`), read without trusting the object. */
-function httpStatusOf(error: { getStatus?: () => unknown } | undefined): number | undefined {
+function httpStatusOf(error: unknown): number | undefined {
   try {
-    const status = typeof error?.getStatus === 'function' ? error.getStatus() : undefined;
-    return typeof status === 'number' ? status : undefined;
+    const { getStatus } = error as { getStatus?: unknown };
+    const status: unknown = typeof getStatus === 'function' ? getStatus.call(error) : undefined;
+    return isStatus(status) ? status : undefined;
   } catch {
     return undefined;
   }
+}
+
+/** An `HttpException`'s response body (`getResponse()`), when it is one that travels as JSON. */
+function httpResponseOf(error: unknown): unknown {
+  try {
+    const { getResponse } = error as { getResponse?: unknown };
+    const response: unknown = typeof getResponse === 'function' ? getResponse.call(error) : undefined;
+    return response === undefined ? undefined : (JSON.parse(JSON.stringify(response)) as unknown);
+  } catch {
+    return undefined;
+  }
+}
+
+/** The message of what was thrown: an object's own `message` too (a thrown plain object). */
+function messageOf(error: unknown): string {
+  if (!(error instanceof Error) && typeof error === 'object' && error !== null) {
+    try {
+      const { message } = error as { message?: unknown };
+      if (typeof message === 'string') return message;
+    } catch {
+      // Its message getter throws: what errorMessage can tell.
+    }
+  }
+  return errorMessage(error);
 }

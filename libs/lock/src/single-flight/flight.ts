@@ -16,27 +16,37 @@ const RESULT_TTL = 10_000;
 /** The longest lease a waiter reads the result under (one command's time, with a wide margin). */
 const READ_TTL = 5_000;
 
+/** The flights of `load` and those of `getOrLoad`: one key in each never shares a lock or a result. */
+export type FlightKind = 'load' | 'cache';
+
 /** Where a flight of `key` keeps its lock and its records on the store. */
-export function flightNames(key: string): { lock: string; result: string; error: string } {
-  return { lock: `single-flight:${key}`, result: `single-flight:${key}`, error: `single-flight-error:${key}` };
+export function flightNames(kind: FlightKind, key: string): { lock: string; result: string; error: string } {
+  const prefix = kind === 'load' ? 'single-flight' : 'single-flight-cache';
+  return { lock: `${prefix}:${key}`, result: `${prefix}:${key}`, error: `${prefix}-error:${key}` };
+}
+
+/** One caller of a flight: settled by the flight's outcome, unless it left first. */
+interface Caller<T> {
+  resolve(value: T): void;
+  reject(error: unknown): void;
 }
 
 /**
  * One load of a key as this process sees it: the callers of the process share it (one promise, no
  * command of their own). Across processes the key's lock decides who loads: the process that takes
  * it to write runs the loader, leaves the result on the store and releases; the others wait for it
- * to read — the release lets them all in at once — and read the result. A result that is not there
- * (the loader's process died, or it could not write) sends them back to take the lock themselves.
+ * to read — the release lets them all in at once — and read the result. A reader that finds none (the
+ * loader's process died, or gave up) waits in the lock's line to write, and loads in its turn unless a
+ * result came meanwhile.
  */
 export class Flight<T> {
-  readonly result: Promise<T>;
-  private callers = 0;
-  /** Aborted when every caller of this process gave up while it waited for another's load. */
+  private readonly callers = new Set<Caller<T>>();
+  /** Aborted when every caller of this process gave up: it stops waiting, and a load it runs stops counting. */
   private readonly abandoned = new AbortController();
-  private loading = false;
   private readonly names: ReturnType<typeof flightNames>;
 
   constructor(
+    kind: FlightKind,
     private readonly key: string,
     private readonly loader: () => T | Promise<T>,
     private readonly settings: ResolvedSingleFlightOptions<T>,
@@ -46,77 +56,100 @@ export class Flight<T> {
     /** Called when the flight is over for this process (settled, or abandoned by its last caller): once or twice. */
     private readonly ended: () => void,
   ) {
-    this.names = flightNames(key);
-    this.result = this.fly();
-    // Every caller handles it in `join`; a flight abandoned by all of them rejects for nobody.
-    this.result.catch(() => undefined).finally(ended);
+    this.names = flightNames(kind, key);
+    // One reaction for every caller, however many come and go (each kept none of its own).
+    this.fly().then(
+      (value) => this.settle((caller) => caller.resolve(value)),
+      (error: unknown) => this.settle((caller) => caller.reject(error)),
+    );
   }
 
   /** One caller's wait for the result: its own `timeout` and `signal` end its wait only. */
   join(timeout: number, signal: AbortSignal | undefined): Promise<T> {
-    this.callers++;
     const start = performance.now();
     return new Promise<T>((resolve, reject) => {
-      let left = false;
       const leave = (): void => {
-        if (left) return;
-        left = true;
         clearTimeout(timer);
         signal?.removeEventListener('abort', aborted);
-        if (--this.callers === 0 && !this.loading) this.abandon();
+        this.callers.delete(caller);
       };
-      const aborted = (): void => {
-        leave();
-        reject(signal!.reason);
+      const caller: Caller<T> = {
+        resolve: (value) => (leave(), resolve(value)),
+        reject: (error) => (leave(), reject(error)),
       };
-      const timer = setTimeout(() => {
+      const gaveUp = (error: unknown): void => {
         leave();
-        reject(new LoadTimeoutError(this.key, performance.now() - start, timeout));
-      }, timeout);
-      if (signal?.aborted) return aborted();
-      signal?.addEventListener('abort', aborted, { once: true });
-      this.result.then(
-        (value) => (leave(), resolve(value)),
-        (error: unknown) => (leave(), reject(error)),
+        reject(error);
+        if (this.callers.size === 0) this.abandon();
+      };
+      const aborted = (): void => gaveUp(signal!.reason);
+      const timer = setTimeout(
+        () => gaveUp(new LoadTimeoutError(this.key, performance.now() - start, timeout)),
+        timeout,
       );
+      this.callers.add(caller);
+      signal?.addEventListener('abort', aborted, { once: true });
     });
   }
 
+  private settle(each: (caller: Caller<T>) => void): void {
+    for (const caller of [...this.callers]) each(caller);
+    this.ended();
+  }
+
   /**
-   * Every caller gave up while another process loads: this process stops waiting, and a caller that
-   * comes now starts a flight of its own rather than join one that is ending.
+   * Every caller of this process gave up: it stops waiting for another's load, a load it runs gives
+   * its lock back (another process may load, and this one's result, should it come, is not left), and
+   * a caller that comes now starts a flight of its own rather than join one that is ending.
    */
   private abandon(): void {
-    this.abandoned.abort();
+    this.abandoned.abort(new LoadTimeoutError(this.key, 0, 0));
     this.ended();
   }
 
   private async fly(): Promise<T> {
     const { lockTtl, cacheErrorsFor } = this.settings;
-    for (;;) {
-      if (cacheErrorsFor > 0) {
-        const cached = await this.values.get(this.names.error);
-        if (cached !== undefined) return readRecord(this.key, cached, this.settings);
-      }
-      const lock = await this.locks.tryLock(this.names.lock, { ttl: lockTtl, autoExtend: true });
-      if (lock !== null) return this.loadHolding(lock);
-      // Another process loads (or its waiters read what it loaded): wait until its release lets us read.
-      const reading = await this.locks.lock(this.names.lock, {
-        mode: 'read',
-        // Held for one read: a reader whose process dies keeps the next load waiting this long at most.
-        ttl: Math.min(lockTtl, READ_TTL),
-        timeout: LONGEST_DURATION,
-        signal: this.abandoned.signal,
-      });
-      let record: string | undefined;
-      try {
-        record = await this.values.get(this.names.result);
-      } finally {
-        // The callers need not wait for the release (a failure only makes the read lease run out).
-        void reading.unlock().catch(() => false);
-      }
-      if (record !== undefined) return readRecord(this.key, record, this.settings);
-      // No result: its loader died, or could not leave it. Take the lock again (it is free by now).
+    const signal = this.abandoned.signal;
+    if (cacheErrorsFor > 0) {
+      const cached = await this.values.get(this.names.error);
+      if (cached !== undefined) return readRecord(this.key, cached, this.settings);
+    }
+    const free = await this.locks.tryLock(this.names.lock, { ttl: lockTtl, autoExtend: true });
+    if (free !== null) return this.loadHolding(free);
+    // Another process loads (or its waiters read what it loaded): wait until its release lets us read.
+    const reading = await this.locks.lock(this.names.lock, {
+      mode: 'read',
+      // Held for one read: a reader whose process dies keeps the next load waiting this long at most.
+      ttl: Math.min(lockTtl, READ_TTL),
+      timeout: LONGEST_DURATION,
+      signal,
+    });
+    const record = await this.readResult(reading);
+    if (record !== undefined) return readRecord(this.key, record, this.settings);
+    // No result: its loader died or gave up. Wait in the lock's line to write — not in a loop of
+    // attempts beside the other readers — and load in turn, unless a load came first.
+    const writing = await this.locks.lock(this.names.lock, {
+      ttl: lockTtl,
+      autoExtend: true,
+      timeout: LONGEST_DURATION,
+      signal,
+    });
+    const meanwhile = await this.values.get(this.names.result).catch(async (error: unknown) => {
+      await writing.unlock().catch(() => false);
+      throw error;
+    });
+    if (meanwhile === undefined) return this.loadHolding(writing);
+    await writing.unlock().catch(() => false);
+    return readRecord(this.key, meanwhile, this.settings);
+  }
+
+  /** The result the loader left, read under `reading`, which is released at once (not waited for). */
+  private async readResult(reading: Lock): Promise<string | undefined> {
+    try {
+      return await this.values.get(this.names.result);
+    } finally {
+      // A failure of the release only makes the read lease run out.
+      void reading.unlock().catch(() => false);
     }
   }
 
@@ -124,10 +157,14 @@ export class Flight<T> {
    * Runs the loader under the key's lock (renewed meanwhile), leaves its result for the waiters and
    * releases. The writes and the release are not waited for one by one: the store applies the
    * commands of one connection in order, and the result's key shares the lock's hash tag (one server,
-   * on a Cluster too), so a waiter the release lets in finds the result written.
+   * on a Cluster too), so a waiter the release lets in finds the result written. Abandoned by every
+   * caller of this process meanwhile, the lock is given back at once: a loader that never ends holds
+   * the key no longer than its callers wait, and what it returns late is nobody's.
    */
   private async loadHolding(lock: Lock): Promise<T> {
-    this.loading = true;
+    const signal = this.abandoned.signal;
+    const givenUp = (): void => void lock.unlock().catch(() => false);
+    signal.addEventListener('abort', givenUp, { once: true });
     let record: string | undefined;
     let failed = false;
     try {
@@ -138,15 +175,16 @@ export class Flight<T> {
       return value;
     } catch (thrown) {
       failed = true;
-      record = errorRecord(thrown);
+      record = errorRecord(thrown, this.settings.maxValueBytes);
       throw thrown;
     } finally {
-      if (record !== undefined) {
+      signal.removeEventListener('abort', givenUp);
+      if (record !== undefined && !signal.aborted) {
         this.keep(this.values.set(this.names.result, record, RESULT_TTL));
         const { cacheErrorsFor } = this.settings;
         if (failed && cacheErrorsFor > 0) this.keep(this.values.set(this.names.error, record, cacheErrorsFor));
       }
-      await lock.unlock().catch(() => false);
+      if (!signal.aborted) await lock.unlock().catch(() => false);
     }
   }
 

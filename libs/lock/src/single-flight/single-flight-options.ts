@@ -1,5 +1,5 @@
 import { InvalidArgumentError } from '../lock.errors.js';
-import { validateSignal } from '../options/call-options.js';
+import { DEFAULT_LEASE, validateSignal } from '../options/call-options.js';
 import { duration } from '../options/durations.js';
 import { keysOf, optionNames } from '../options/option-names.js';
 import { isPlainObject, rejectUnknownNames } from '../options/validation.js';
@@ -8,7 +8,8 @@ import { isPlainObject, rejectUnknownNames } from '../options/validation.js';
 export interface SingleFlightOptions<T = unknown> {
   /**
    * How long this caller waits for the value, whoever loads it; then it rejects with
-   * `LoadTimeoutError` — the load goes on for the others. Default: the module's `defaults.timeout`.
+   * `LoadTimeoutError` — the load goes on for the others. Default: the module's `defaults.timeout`
+   * (5 000 ms when that is 0, one attempt, which has no meaning for a wait for a value).
    */
   timeout?: number;
   /** Aborting it ends this caller's wait only (it rejects with the signal's reason); the load goes on. */
@@ -79,7 +80,13 @@ export function resolveSingleFlightOptions<T>(
   }
   const signal = validateSignal(given.signal);
   return {
-    timeout: given.timeout === undefined ? defaults.timeout : duration('timeout', given.timeout),
+    // A module whose default is one attempt (`timeout: 0`) gives single-flight callers the usual wait.
+    timeout:
+      given.timeout === undefined
+        ? defaults.timeout > 0
+          ? defaults.timeout
+          : DEFAULT_LEASE.timeout
+        : duration('timeout', given.timeout),
     ...(signal ? { signal } : {}),
     lockTtl: given.lockTtl === undefined ? defaults.ttl : duration('lockTtl', given.lockTtl),
     serialize: given.serialize ?? ((value: T) => JSON.stringify(value)),

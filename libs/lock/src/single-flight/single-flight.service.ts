@@ -15,7 +15,7 @@ import {
   type ResolvedCacheOptions,
   writeEntry,
 } from './cache-entry.js';
-import { Flight } from './flight.js';
+import { Flight, type FlightKind } from './flight.js';
 import { readRecord, valueRecord } from './flight-record.js';
 import {
   type ResolvedSingleFlightOptions,
@@ -72,7 +72,7 @@ export class SingleFlightService implements OnModuleDestroy {
       throw new InvalidArgumentError('loader', `must be a function, got ${typeof loader}`);
     }
     const settings = resolveSingleFlightOptions<T>(options, this.options.defaults);
-    return this.fly(key, loader, settings, this.sharedValues());
+    return this.fly('load', key, loader, settings, this.sharedValues());
   }
 
   /**
@@ -97,14 +97,16 @@ export class SingleFlightService implements OnModuleDestroy {
       const fresh = now < cached.freshUntil;
       // Stale, or fresh but drawn to refresh early: one refresh for the fleet, in the background.
       if (!fresh || refreshesEarly(cached, now, settings.earlyRefresh)) {
-        this.fly(cacheNameOf(key), () => this.fill(key, loader, settings, values, cached), settings, values).catch(
+        // Not the caller's wait: its signal does not end the refresh.
+        const refresh = { ...settings, signal: undefined };
+        this.fly('cache', key, () => this.fill(key, loader, refresh, values, cached), refresh, values).catch(
           (error: unknown) =>
             this.logger.warn(`Refresh of "${key}" failed, its value is served as it was: ${errorMessage(error)}`),
         );
       }
       return readRecord(key, cached.record, settings);
     }
-    return this.fly(cacheNameOf(key), () => this.fill(key, loader, settings, values, cached), settings, values);
+    return this.fly('cache', key, () => this.fill(key, loader, settings, values, cached), settings, values);
   }
 
   /**
@@ -124,7 +126,8 @@ export class SingleFlightService implements OnModuleDestroy {
     }
     const started = Date.now();
     const value = await loader();
-    const loadMs = Date.now() - started;
+    // Never negative, should the clock step back during the load (the entry could not be read).
+    const loadMs = Math.max(0, Date.now() - started);
     const record = valueRecord(key, value, settings);
     // A value that cannot travel (see valueRecord) is not kept: the callers of this process get it.
     if (record.startsWith('x')) return value;
@@ -144,20 +147,26 @@ export class SingleFlightService implements OnModuleDestroy {
     return values;
   }
 
-  /** The flight of `key` in this process, started if none is: the caller joins it. */
+  /**
+   * The flight of `key` of this kind in this process, started if none is: the caller joins it. A
+   * caller whose signal has aborted already is refused at once: no flight starts for nobody.
+   */
   private fly<T>(
+    kind: FlightKind,
     key: string,
     loader: () => T | Promise<T>,
     settings: ResolvedSingleFlightOptions<T>,
     values: SharedValues,
   ): Promise<T> {
-    let flight = this.flights.get(key) as Flight<T> | undefined;
+    settings.signal?.throwIfAborted();
+    const id = `${kind}\0${key}`;
+    let flight = this.flights.get(id) as Flight<T> | undefined;
     if (flight === undefined) {
       const ended = (): void => {
-        if (this.flights.get(key) === started) this.flights.delete(key);
+        if (this.flights.get(id) === started) this.flights.delete(id);
       };
-      const started: Flight<T> = new Flight(key, loader, settings, this.locks, values, this.logger, ended);
-      this.flights.set(key, started);
+      const started: Flight<T> = new Flight(kind, key, loader, settings, this.locks, values, this.logger, ended);
+      this.flights.set(id, started);
       flight = started;
     }
     return flight.join(settings.timeout, settings.signal);
