@@ -36,12 +36,13 @@ describe('the demo page in a browser', () => {
     await app?.close();
   });
 
-  const panel = (lock: 'on' | 'off') => page.locator(`#panel-${lock}`);
-  const backendCalls = async (lock: 'on' | 'off') => Number(await panel(lock).locator('.backend-calls').textContent());
+  const panel = (lock: 'on' | 'off' | 'single-flight') => page.locator(`#panel-${lock}`);
+  const backendCalls = async (lock: 'on' | 'off' | 'single-flight') =>
+    Number(await panel(lock).locator('.backend-calls').textContent());
   const runsShown = () => page.locator('#history tbody tr').count();
 
   /** Clicks `button` and waits until the history holds `runs` rows. */
-  async function fire(button: '#fire' | '#fire-both', runs: number, screenshot: string): Promise<void> {
+  async function fire(button: '#fire' | '#fire-both' | '#fire-all', runs: number, screenshot: string): Promise<void> {
     await page.locator(button).click();
     await page
       .locator('#history tbody tr')
@@ -87,6 +88,19 @@ describe('the demo page in a browser', () => {
     const newest = await page.locator('#history tbody tr td:first-child').allTextContents();
     expect(newest.slice(0, 2)).toEqual(['lock off', 'lock on']);
     expect(await page.locator('#spread-control').isHidden()).toBe(true);
+  });
+
+  it('fires the three ways: single-flight makes 1 backend call, with its Redis commands per request shown', async () => {
+    const before = await runsShown();
+    await fire('#fire-all', before + 3, 'all-three');
+
+    expect(await backendCalls('single-flight')).toBe(1);
+    expect(await panel('single-flight').locator('.statuses').textContent()).toBe('100×200');
+    const commands = async (lock: 'on' | 'single-flight') =>
+      Number(await panel(lock).locator('.commands').textContent());
+    expect(await commands('single-flight')).toBeLessThan(await commands('on'));
+    const newest = await page.locator('#history tbody tr td:first-child').allTextContents();
+    expect(newest.slice(0, 3)).toEqual(['single-flight', 'lock off', 'lock on']);
   });
 
   it('shows the leader, its term, and the leader-only job run by it beside the skip-when-busy one', async () => {

@@ -49,7 +49,7 @@ describe('the demo on three processes', () => {
     await server.stop();
   });
 
-  async function stampede(lock: 'on' | 'off') {
+  async function stampede(lock: 'on' | 'off' | 'single-flight') {
     const { stdout } = await promisify(execFile)(process.execPath, [
       STAMPEDE,
       '--n',
@@ -59,7 +59,11 @@ describe('the demo on three processes', () => {
       '--json',
       ...urls,
     ]);
-    return JSON.parse(stdout) as { backendCalls: number; statuses: Record<string, number> };
+    return JSON.parse(stdout) as {
+      backendCalls: number;
+      statuses: Record<string, number>;
+      redisCommandsPerRequest: number | null;
+    };
   }
 
   it('runs the scheduled price refresh on one of them per firing, the others skipping (/stats, /stats/jobs)', async () => {
@@ -83,6 +87,29 @@ describe('the demo on three processes', () => {
 
     expect(summary.statuses).toEqual({ 200: 150 });
     expect(summary.backendCalls).toBe(1);
+  });
+
+  it('makes one backend call in total with single-flight too, and fewer Redis commands per request than the lock', async () => {
+    const single = await stampede('single-flight');
+    const locked = await stampede('on');
+
+    expect(single.statuses).toEqual({ 200: 150 });
+    expect(single.backendCalls).toBe(1);
+    expect(single.redisCommandsPerRequest).toBeLessThan(locked.redisCommandsPerRequest!);
+  });
+
+  it('answers 502 in every process when the one single-flight load fails (the error travels by name)', async () => {
+    const id = 4_242;
+    for (const url of urls) await fetch(`${url}/backend/failures/${id}`, { method: 'POST' });
+    await fetch(`${urls[0]}/cache/${id}`, { method: 'DELETE' });
+    try {
+      const answers = await Promise.all(
+        Array.from({ length: 30 }, (_, i) => fetch(`${urls[i % 3]}/products/${id}?lock=single-flight`)),
+      );
+      expect(answers.map((answer) => answer.status)).toEqual(Array(30).fill(502));
+    } finally {
+      for (const url of urls) await fetch(`${url}/backend/failures/${id}`, { method: 'DELETE' });
+    }
   });
 
   it('makes many without the lock', async () => {

@@ -50,6 +50,20 @@ describe.each(STORE_KINDS)('the stampede endpoint on the %s store', (kind) => {
     expect(on.histogram.binMs).toBe(off.histogram.binMs);
   });
 
+  it('fires the three ways at once: single-flight makes 1 backend call too, with fewer Redis commands than the lock', async () => {
+    const [on, off, single] = await fire({ n: 100, lock: 'all' });
+
+    expect([on.lock, off.lock, single.lock]).toEqual(['on', 'off', 'single-flight']);
+    expect(single).toMatchObject({ requests: 100, processes: 1, backendCalls: 1, statuses: { 200: 100 } });
+    expect(off.backendCalls).toBeGreaterThan(1);
+    if (kind === 'redis') {
+      // Each miss of the lock's workflow takes the lock and reads the cache again; single-flight's share one load.
+      expect(single.redisCommandsPerRequest!).toBeLessThan(on.redisCommandsPerRequest!);
+    } else {
+      expect([on, off, single].map((run) => run.redisCommandsPerRequest)).toEqual([null, null, null]);
+    }
+  });
+
   it('runs one mode on the product it is given, cold again each time', async () => {
     const [first] = await fire({ n: 20, lock: 'on', productId: 77 });
     const [again] = await fire({ n: 20, lock: 'on', productId: 77 });
@@ -75,7 +89,10 @@ describe.each(STORE_KINDS)('the stampede endpoint on the %s store', (kind) => {
     [{ n: 0 }, /n must be a whole number from 1 to 1000, got 0/],
     [{ n: 1_001 }, /n must be a whole number from 1 to 1000/],
     [{ n: '100' }, /n must be a whole number/],
-    [{ lock: 'maybe' }, /lock must be "on", "off" or "both", got "maybe"/],
+    [
+      { lock: 'maybe' },
+      /lock must be "on", "off", "single-flight", "both" \(on, then off\) or "all" \(the three\), got "maybe"/,
+    ],
     [{ productId: 0 }, /productId must be a whole number from 1/],
     [{ productId: 1.5 }, /productId must be a whole number from 1/],
     [{ spread: 'yes' }, /spread must be true or false/],

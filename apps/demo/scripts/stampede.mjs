@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 // Fires N concurrent requests at one cold product on one or more demo processes, then prints
-// what happened: backend calls, status counts, latency percentiles.
+// what happened: backend calls, status counts, latency percentiles, Redis commands per request (with
+// REDIS_URL). --lock on: the lock and a second read of the cache; off: none; single-flight: one load
+// for every request that missed, handed to all of them.
 //
-// usage: npm run demo:stampede -- [--n 100] [--id <product id>] [--lock on|off] [--json] [url ...]
+// usage: npm run demo:stampede -- [--n 100] [--id <product id>] [--lock on|off|single-flight] [--json] [url ...]
 //        (default url: http://localhost:3000; several urls share the requests round-robin)
 import { parseArgs } from 'node:util';
 
@@ -18,13 +20,17 @@ const { values, positionals } = parseArgs({
 const urls = positionals.length > 0 ? positionals : ['http://localhost:3000'];
 const count = Number(values.n);
 if (!Number.isInteger(count) || count < 1) throw new Error(`--n must be a whole number ≥ 1, got ${values.n}`);
-if (values.lock !== 'on' && values.lock !== 'off') throw new Error(`--lock must be on or off, got ${values.lock}`);
+if (!['on', 'off', 'single-flight'].includes(values.lock)) {
+  throw new Error(`--lock must be on, off or single-flight, got ${values.lock}`);
+}
+const commandsProcessed = async () => (await (await fetch(`${urls[0]}/stats/redis`)).json()).commandsProcessed;
 
 // A cold start: no cached product, no counts from earlier runs.
 await fetch(`${urls[0]}/stats`, { method: 'DELETE' });
 await fetch(`${urls[0]}/cache/${values.id}`, { method: 'DELETE' });
 
-const query = values.lock === 'off' ? '?lock=off' : '';
+const query = values.lock === 'on' ? '' : `?lock=${values.lock}`;
+const before = await commandsProcessed();
 const results = await Promise.all(
   Array.from({ length: count }, async (_, i) => {
     const started = performance.now();
@@ -34,6 +40,7 @@ const results = await Promise.all(
   }),
 );
 
+const after = await commandsProcessed();
 const stats = await (await fetch(`${urls[0]}/stats`)).json();
 const statuses = {};
 for (const { status } of results) statuses[status] = (statuses[status] ?? 0) + 1;
@@ -49,6 +56,8 @@ const summary = {
   statuses,
   p50Ms: percentile(50),
   p99Ms: percentile(99),
+  // Less the INFO that read the first count.
+  redisCommandsPerRequest: before === null ? null : Math.round(((after - before - 1) / count) * 100) / 100,
 };
 
 if (values.json) {
@@ -64,4 +73,7 @@ if (values.json) {
       .join(', ')}`,
   );
   console.log(`  latency:       p50 ${summary.p50Ms} ms, p99 ${summary.p99Ms} ms`);
+  if (summary.redisCommandsPerRequest !== null) {
+    console.log(`  Redis:         ${summary.redisCommandsPerRequest} commands per request`);
+  }
 }

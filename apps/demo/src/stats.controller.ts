@@ -17,6 +17,12 @@ export class StatsController {
     return this.storage.jobRuns('priceRefresh');
   }
 
+  /** How many commands the demo's Redis has processed (`npm run demo:stampede` counts a run's); `null` without Redis. */
+  @Get('redis')
+  async redis(): Promise<{ commandsProcessed: number | null }> {
+    return { commandsProcessed: (await this.storage.commandsProcessed()) ?? null };
+  }
+
   @Delete()
   @HttpCode(204)
   async reset(): Promise<void> {

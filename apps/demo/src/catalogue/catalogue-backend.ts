@@ -12,7 +12,10 @@ export interface Product {
 /** Products 1–10,000 exist; any other id is unknown. */
 export const CATALOGUE_SIZE = 10_000;
 
-export class BackendFailure extends Error {}
+export class BackendFailure extends Error {
+  // Its name travels with a single-flight load's error to the other processes (LoaderError.name).
+  override readonly name = 'BackendFailure';
+}
 
 /** A slow product database: every call takes `BACKEND_LATENCY_MS` and is counted. */
 @Injectable()

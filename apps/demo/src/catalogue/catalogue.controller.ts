@@ -10,8 +10,9 @@ import {
   Post,
   Query,
 } from '@nestjs/common';
+import { LoaderError } from 'nest-lock';
 import { BackendFailure, CatalogueBackend, type Product } from './catalogue-backend.js';
-import { ProductsService } from './products.service.js';
+import { type MissMode, ProductsService } from './products.service.js';
 import { ReportsService } from './reports.service.js';
 
 // The decorated methods live in ReportsService: LockModule answers their errors with 409 / 503 here too.
@@ -23,14 +24,20 @@ export class CatalogueController {
     private readonly backend: CatalogueBackend,
   ) {}
 
-  /** `?lock=off` skips the cache-miss lock for this request, to show the stampede; `?lock=on` takes it even under `DEMO_LOCK=off`. */
+  /**
+   * `?lock=off` skips the cache-miss lock for this request, to show the stampede; `?lock=on` takes it
+   * even under `DEMO_LOCK=off`; `?lock=single-flight` loads once for every request that missed.
+   */
   @Get('products/:id')
   async product(@Param('id', ParseIntPipe) id: number, @Query('lock') lock?: string): Promise<Product> {
     let product: Product | null;
     try {
-      product = await this.products.findProduct(id, lock === 'off' ? false : lock === 'on' ? true : undefined);
+      product = await this.products.findProduct(id, missModeOf(lock));
     } catch (error) {
-      if (error instanceof BackendFailure) throw new BadGatewayException(error.message, { cause: error });
+      // A failure of a load in another process (single-flight) arrives as a LoaderError of that name.
+      const backendFailed =
+        error instanceof BackendFailure || (error instanceof LoaderError && error.name === 'BackendFailure');
+      if (backendFailed) throw new BadGatewayException(error.message, { cause: error });
       throw error;
     }
     if (product === null) throw new NotFoundException(`There is no product ${id}`);
@@ -65,4 +72,8 @@ export class CatalogueController {
   reindex() {
     return this.reports.reindex();
   }
+}
+
+function missModeOf(lock: string | undefined): MissMode | undefined {
+  return lock === 'on' || lock === 'off' || lock === 'single-flight' ? lock : undefined;
 }

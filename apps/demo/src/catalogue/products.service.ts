@@ -1,8 +1,15 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { LockService } from 'nest-lock';
+import { LockService, SingleFlightService } from 'nest-lock';
 import { DEMO_CONFIG, type DemoConfig } from '../demo.config.js';
 import { DemoStorage } from '../storage/demo-storage.js';
 import { CatalogueBackend, type Product } from './catalogue-backend.js';
+
+/**
+ * How a miss is handled: `on`, the lock and a second read of the cache (lua-resty-lock's workflow);
+ * `off`, straight to the backend; `single-flight`, one load for every request that missed, in every
+ * process, its product handed to all of them (`SingleFlightService`).
+ */
+export type MissMode = 'on' | 'off' | 'single-flight';
 
 /** What the cache holds for an id the backend does not know. */
 const NOT_FOUND = 'not-found';
@@ -16,13 +23,14 @@ const NOT_FOUND = 'not-found';
 export class ProductsService {
   constructor(
     private readonly locks: LockService,
+    private readonly flights: SingleFlightService,
     private readonly backend: CatalogueBackend,
     @Inject(DemoStorage) private readonly storage: DemoStorage,
     @Inject(DEMO_CONFIG) private readonly config: DemoConfig,
   ) {}
 
   /** The product, or `null` when the catalogue has no such id. */
-  async findProduct(id: number, useLock = this.config.lock): Promise<Product | null> {
+  async findProduct(id: number, mode: MissMode = this.config.lock ? 'on' : 'off'): Promise<Product | null> {
     // Step 1: read the cache.
     const cached = await this.storage.getCached(`product:${id}`);
     if (cached !== undefined) {
@@ -30,7 +38,10 @@ export class ProductsService {
       return parse(cached);
     }
     await this.storage.increment('cacheMisses');
-    if (!useLock) return this.loadAndCache(id);
+    if (mode === 'off') return this.loadAndCache(id);
+    // The next step: one load for all the requests that missed, here and in the other processes,
+    // which receive its product when it is loaded (no lock taken in turn, no second read).
+    if (mode === 'single-flight') return this.flights.load(`product:${id}`, () => this.loadAndCache(id));
 
     // Step 2: a miss. Take the lock on this product: one request loads it, the others wait here.
     const lock = await this.locks.lock(`product:${id}`);

@@ -10,10 +10,10 @@ export const DEMO_PAGE = `<!doctype html>
 <meta charset="utf-8">
 <title>nest-lock: the cache stampede</title>
 <style>
-  body { font: 16px/1.5 system-ui, sans-serif; max-width: 900px; margin: 2rem auto; padding: 0 1rem; color: #222; }
+  body { font: 16px/1.5 system-ui, sans-serif; max-width: 1100px; margin: 2rem auto; padding: 0 1rem; color: #222; }
   button { font: inherit; padding: .4rem 1rem; cursor: pointer; }
   .controls { display: flex; flex-wrap: wrap; gap: 1rem; align-items: center; }
-  .panels { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr); gap: 1.5rem; margin: 1.5rem 0; }
+  .panels { display: grid; grid-template-columns: repeat(3, minmax(0, 1fr)); gap: 1rem; margin: 1.5rem 0; }
   .panel { border: 1px solid #ddd; border-radius: 6px; padding: .5rem 1rem 1rem; }
   .panel h2 { margin: 0; font-size: 1.1rem; }
   .figures { display: flex; flex-wrap: wrap; gap: .5rem 1.2rem; margin: .5rem 0; }
@@ -21,6 +21,7 @@ export const DEMO_PAGE = `<!doctype html>
   .label, .product { color: #666; font-size: .85rem; }
   #panel-on rect { fill: #4a7bd0; }
   #panel-off rect { fill: #d0704a; }
+  #panel-single-flight rect { fill: #4aa06a; }
   svg text { font-size: 11px; fill: #444; }
   table { border-collapse: collapse; font-size: .9rem; }
   th, td { padding: .2rem .8rem; text-align: right; border-bottom: 1px solid #eee; }
@@ -30,17 +31,19 @@ export const DEMO_PAGE = `<!doctype html>
 <h1>100 requests, one cold product</h1>
 <p>Each request reads the cache, misses, and needs the product from a slow backend.
 With the lock, one request loads it while the others wait and then read the cache.
-Without it, every miss goes to the backend. The server fires the requests itself, all at once,
+Without it, every miss goes to the backend. With single-flight, one request loads it and every other
+receives the product when it is loaded, in every process, without taking the lock in turn. The server fires the requests itself, all at once,
 each over its own connection: a browser would send only a few at a time to one host.</p>
 <div class="controls">
   <label><input type="checkbox" id="lock" checked> <span id="lock-label">lock on</span></label>
   <button id="fire">Fire 100 requests</button>
   <button id="fire-both">Fire both: lock on, then off</button>
+  <button id="fire-all">Fire all three: lock, none, single-flight</button>
   <label id="spread-control" hidden><input type="checkbox" id="spread"> spread over <span id="processes"></span> processes</label>
   <span id="state"></span>
 </div>
 <div class="panels">
-${['on', 'off'].map(panel).join('')}
+${['on', 'off', 'single-flight'].map(panel).join('')}
 </div>
 <h2>A scheduled job on one process</h2>
 <p>Every demo process fires the "nightly" price refresh at the same moments (every 3 seconds here:
@@ -74,7 +77,7 @@ since <span id="leader-since">–</span>. This page is served by <span id="leade
 </table>
 <h2>Recent runs</h2>
 <table id="history">
-  <thead><tr><th>lock</th><th>product</th><th>processes</th><th>backend calls</th><th>statuses</th><th>p50</th><th>p99</th></tr></thead>
+  <thead><tr><th>lock</th><th>product</th><th>processes</th><th>backend calls</th><th>statuses</th><th>p50</th><th>p99</th><th>Redis cmds / req</th></tr></thead>
   <tbody></tbody>
 </table>
 <script>
@@ -102,7 +105,7 @@ async function fire(lock) {
       addToHistory(run);
     }
     for (const run of Object.values(shown)) showRun(run);
-    $('#state').textContent = 'done: ' + answer.runs.map((run) => 'lock ' + run.lock + ', product ' + run.productId).join('; ');
+    $('#state').textContent = 'done: ' + answer.runs.map((run) => modeText(run.lock) + ', product ' + run.productId).join('; ');
   } catch (error) {
     $('#state').textContent = 'failed: ' + error.message;
   } finally {
@@ -120,6 +123,7 @@ function showRun(run) {
   panel.querySelector('.statuses').textContent = statusText(run.statuses);
   panel.querySelector('.p50').textContent = run.latencyMs.p50 + ' ms';
   panel.querySelector('.p99').textContent = run.latencyMs.p99 + ' ms';
+  panel.querySelector('.commands').textContent = run.redisCommandsPerRequest ?? 'n/a';
   panel.querySelector('.product').textContent =
     run.requests + ' requests for product ' + run.productId + ' on ' + run.processes + ' process(es)';
   // One time axis for both panels, so that their bars line up.
@@ -142,10 +146,14 @@ function drawHistogram(svg, { binMs, counts }, spanMs) {
     '<text x="' + (width - 50) + '" y="' + (height - 4) + '">' + spanMs + ' ms</text>';
 }
 
+function modeText(lock) {
+  return lock === 'single-flight' ? 'single-flight' : 'lock ' + lock;
+}
+
 function addToHistory(run) {
   const row = document.createElement('tr');
-  const cells = ['lock ' + run.lock, run.productId, run.processes, run.backendCalls, statusText(run.statuses),
-    run.latencyMs.p50 + ' ms', run.latencyMs.p99 + ' ms'];
+  const cells = [modeText(run.lock), run.productId, run.processes, run.backendCalls, statusText(run.statuses),
+    run.latencyMs.p50 + ' ms', run.latencyMs.p99 + ' ms', run.redisCommandsPerRequest ?? 'n/a'];
   for (const text of cells) row.appendChild(document.createElement('td')).textContent = text;
   const body = $('#history tbody');
   body.prepend(row);
@@ -201,6 +209,7 @@ function showJobRuns(table, runs, fields) {
 $('#lock').addEventListener('change', showLockLabel);
 $('#fire').addEventListener('click', () => fire($('#lock').checked ? 'on' : 'off'));
 $('#fire-both').addEventListener('click', () => fire('both'));
+$('#fire-all').addEventListener('click', () => fire('all'));
 showLockLabel();
 void offerSpread();
 void showJob();
@@ -214,14 +223,15 @@ setInterval(showLeader, 1500);
 
 function panel(lock: string): string {
   return `<section class="panel" id="panel-${lock}">
-  <h2>lock ${lock}</h2>
+  <h2>${lock === 'single-flight' ? 'single-flight' : `lock ${lock}`}</h2>
   <div class="figures">
     <div><div class="figure backend-calls">–</div><div class="label">backend calls</div></div>
     <div><div class="figure statuses">–</div><div class="label">statuses</div></div>
     <div><div class="figure p50">–</div><div class="label">p50</div></div>
     <div><div class="figure p99">–</div><div class="label">p99</div></div>
+    <div><div class="figure commands">–</div><div class="label">Redis commands / request</div></div>
   </div>
-  <svg viewBox="0 0 400 180" width="100%" role="img" aria-label="latency histogram, lock ${lock}"></svg>
+  <svg viewBox="0 0 400 180" width="100%" role="img" aria-label="latency histogram, ${lock}"></svg>
   <div class="product">not fired yet</div>
 </section>
 `;

@@ -14,7 +14,7 @@ export class StampedeController {
     return { processes: this.stampedes.processes, maxRequests: MAX_REQUESTS };
   }
 
-  /** Body: `{ n?: 100, lock?: 'on' | 'off' | 'both', productId?, spread?: false }`. */
+  /** Body: `{ n?: 100, lock?: 'on' | 'off' | 'single-flight' | 'both' | 'all', productId?, spread?: false }`. */
   @Post()
   @HttpCode(200)
   async fire(@Body() body: unknown): Promise<{ runs: StampedeRun[] }> {
@@ -36,8 +36,10 @@ function parseStampedeRequest(body: unknown): StampedeRequest {
   if (!Number.isInteger(n) || (n as number) < 1 || (n as number) > MAX_REQUESTS) {
     throw new BadRequestException(`n must be a whole number from 1 to ${MAX_REQUESTS}, got ${JSON.stringify(n)}`);
   }
-  if (lock !== 'on' && lock !== 'off' && lock !== 'both') {
-    throw new BadRequestException(`lock must be "on", "off" or "both", got ${JSON.stringify(lock)}`);
+  if (lock !== 'on' && lock !== 'off' && lock !== 'single-flight' && lock !== 'both' && lock !== 'all') {
+    throw new BadRequestException(
+      `lock must be "on", "off", "single-flight", "both" (on, then off) or "all" (the three), got ${JSON.stringify(lock)}`,
+    );
   }
   if (productId !== undefined && (!Number.isSafeInteger(productId) || (productId as number) < 1)) {
     throw new BadRequestException(`productId must be a whole number from 1, got ${JSON.stringify(productId)}`);
@@ -45,7 +47,7 @@ function parseStampedeRequest(body: unknown): StampedeRequest {
   if (typeof spread !== 'boolean') {
     throw new BadRequestException(`spread must be true or false, got ${JSON.stringify(spread)}`);
   }
-  const modes: LockMode[] = lock === 'both' ? ['on', 'off'] : [lock];
+  const modes: LockMode[] = lock === 'both' ? ['on', 'off'] : lock === 'all' ? ['on', 'off', 'single-flight'] : [lock];
   return {
     requests: n as number,
     modes,

@@ -2,11 +2,13 @@ import { Inject, Injectable, ServiceUnavailableException } from '@nestjs/common'
 import { HttpAdapterHost } from '@nestjs/core';
 import type { AddressInfo } from 'node:net';
 import { CATALOGUE_SIZE } from '../catalogue/catalogue-backend.js';
+import type { MissMode } from '../catalogue/products.service.js';
 import { DEMO_CONFIG, type DemoConfig } from '../demo.config.js';
 import { DemoStorage } from '../storage/demo-storage.js';
 import { binWidthFor, type Histogram, histogram, type LatencySummary, summarize } from './latency-summary.js';
 
-export type LockMode = 'on' | 'off';
+/** How the requests' misses are handled: the lock and a second read, nothing, or single-flight. */
+export type LockMode = MissMode;
 
 export interface StampedeRequest {
   /** Unset: a random product, a different one for each mode. */
@@ -26,6 +28,8 @@ export interface StampedeRun {
   backendCalls: number;
   /** Count per HTTP status; `failed` for requests that got no answer. */
   statuses: Record<string, number>;
+  /** Commands Redis processed during the run, per request (every process's); `null` without Redis. */
+  redisCommandsPerRequest: number | null;
   latencyMs: LatencySummary;
   /** One bin width for every run of a request, so that they compare bar for bar. */
   histogram: Histogram;
@@ -61,13 +65,14 @@ export class StampedeService {
       fired.push({ lock, productId, ...(await this.fire(lock, productId, request.requests, targets)) });
     }
     const binMs = binWidthFor(Math.max(...fired.flatMap(({ latenciesMs }) => latenciesMs)));
-    return fired.map(({ lock, productId, backendCalls, statuses, latenciesMs }) => ({
+    return fired.map(({ lock, productId, backendCalls, statuses, latenciesMs, commands }) => ({
       lock,
       productId,
       requests: request.requests,
       processes: targets.length,
       backendCalls,
       statuses,
+      redisCommandsPerRequest: commands === undefined ? null : Math.round((commands / request.requests) * 100) / 100,
       latencyMs: summarize(latenciesMs),
       histogram: histogram(latenciesMs, binMs),
     }));
@@ -77,6 +82,7 @@ export class StampedeService {
     // A cold start: nothing cached, no loads counted.
     await this.storage.deleteCached(`product:${productId}`);
     await this.storage.resetLoadsOf(productId);
+    const before = await this.storage.commandsProcessed();
     const answers = await Promise.all(
       Array.from({ length: requests }, (_, i) =>
         timedGet(`${targets[i % targets.length]}/products/${productId}?lock=${lock}`),
@@ -84,7 +90,10 @@ export class StampedeService {
     );
     const statuses: Record<string, number> = {};
     for (const { status } of answers) statuses[status] = (statuses[status] ?? 0) + 1;
+    const after = await this.storage.commandsProcessed();
     return {
+      // Less the INFO that read the count, and the count of loads read below.
+      commands: before === undefined || after === undefined ? undefined : after - before - 1,
       backendCalls: await this.storage.loadsOf(productId),
       statuses,
       latenciesMs: answers.map(({ ms }) => ms),

@@ -26,6 +26,8 @@ export interface DemoStorage {
   recordLeader(leader: LeaderRecord): Promise<boolean>;
   /** The latest leader recorded, if any. */
   leader(): Promise<LeaderRecord | undefined>;
+  /** How many commands Redis has processed (INFO), to count a run's; `undefined` without Redis. */
+  commandsProcessed(): Promise<number | undefined>;
   close(): Promise<void>;
 }
 
@@ -131,6 +133,10 @@ export class MemoryDemoStorage implements DemoStorage {
     return this.latestLeader && { ...this.latestLeader };
   }
 
+  async commandsProcessed(): Promise<undefined> {
+    return undefined;
+  }
+
   async close(): Promise<void> {
     this.cache.clear();
     this.loads.clear();
@@ -221,6 +227,10 @@ export class RedisDemoStorage implements DemoStorage {
   async leader(): Promise<LeaderRecord | undefined> {
     const { by, term, since } = await this.redis.hgetall(LEADER_KEY);
     return by === undefined ? undefined : { by, term: Number(term), since: Number(since) };
+  }
+
+  async commandsProcessed(): Promise<number> {
+    return Number(/total_commands_processed:(\d+)/.exec(await this.redis.info('stats'))?.[1] ?? 0);
   }
 
   async close(): Promise<void> {
