@@ -1,11 +1,15 @@
 import { afterAll, afterEach, describe, expect, it } from '@jest/globals';
+import { CACHE_MANAGER, CacheModule } from '@nestjs/cache-manager';
 import { NotFoundException } from '@nestjs/common';
+import { Test, type TestingModule } from '@nestjs/testing';
+import type { Cache } from 'cache-manager';
 import { Redis } from 'ioredis';
 import {
   InvalidArgumentError,
   LoaderError,
   LoadTimeoutError,
   LockBackendError,
+  LockModule,
   LockNotConfiguredError,
   type LockModuleOptions,
   SingleFlightService,
@@ -16,8 +20,10 @@ import { RedisServer, useRedisServer } from './support/redis-server.js';
 
 /** Every application a test boots, closed after it. */
 const apps: LockApp[] = [];
+const modules: TestingModule[] = [];
 afterEach(async () => {
   await Promise.all(apps.splice(0).map((app) => closeLockApp(app)));
+  await Promise.all(modules.splice(0).map((module) => module.close()));
 });
 
 async function flightsOn(options: LockModuleOptions): Promise<SingleFlightService> {
@@ -453,5 +459,39 @@ describe('SingleFlightService: found by an outside review', () => {
       code: 'E_PLAIN',
       status: undefined,
     });
+  });
+});
+
+describe("SingleFlightService.getOrLoad with the application's @nestjs/cache-manager", () => {
+  const server = useRedisServer();
+
+  it('keeps values in CACHE_MANAGER (one per process here): one load for both applications, then each reads its own', async () => {
+    const boot = async () => {
+      const module = await Test.createTestingModule({
+        imports: [CacheModule.register(), LockModule.forRoot({ redis: server().url, logger: false })],
+      }).compile();
+      await module.init();
+      modules.push(module);
+      return { flights: module.get(SingleFlightService), cache: module.get<Cache>(CACHE_MANAGER) };
+    };
+    const [a, b] = [await boot(), await boot()];
+    const { loader, calls } = counted({ id: 9 }, 150);
+    const here = a.flights.getOrLoad('p:9', loader, { ttl: 10_000 });
+    await delay(20);
+    const there = b.flights.getOrLoad('p:9', loader, { ttl: 10_000 });
+    expect(await Promise.all([here, there])).toEqual([{ id: 9 }, { id: 9 }]);
+    expect(calls()).toBe(1);
+    // Each application's own cache holds it (the one that received it from the other's load too).
+    for (const { cache } of [a, b]) expect(await cache.get('nest-lock:cache:p:9')).toMatch(/^\d+:\d+:v/);
+    expect(await a.flights.getOrLoad('p:9', loader, { ttl: 10_000 })).toEqual({ id: 9 });
+    expect(await b.flights.getOrLoad('p:9', loader, { ttl: 10_000 })).toEqual({ id: 9 });
+    expect(calls()).toBe(1);
+    // Not in nest-lock's own cache on Redis.
+    const redis = new Redis(server().url);
+    try {
+      expect(await redis.keys('*value:{cache:*')).toEqual([]);
+    } finally {
+      redis.disconnect();
+    }
   });
 });

@@ -95,3 +95,39 @@ export function refreshesEarly(entry: CacheEntry, now: number, scale: number): b
   if (scale === 0) return false;
   return now - entry.loadMs * scale * Math.log(Math.random()) >= entry.freshUntil;
 }
+
+/**
+ * Where `getOrLoad` keeps values: the store's shared values, or the application's cache manager
+ * (`@nestjs/cache-manager`'s `CACHE_MANAGER`, whose store may be one process's alone).
+ */
+export interface CacheBackend {
+  /** Possibly one process's alone: a process that received a value from another keeps it too. */
+  readonly perProcess: boolean;
+  get(name: string): Promise<string | undefined>;
+  set(name: string, text: string, ttl: number): Promise<void>;
+}
+
+/** What `getOrLoad` asks of a cache manager (cache-manager 5–7 and `@nestjs/cache-manager` have it). */
+export interface CacheManagerLike {
+  get(key: string): Promise<unknown>;
+  set(key: string, value: unknown, ttl?: number): Promise<unknown>;
+}
+
+export function isCacheManager(candidate: unknown): candidate is CacheManagerLike {
+  const { get, set } = (candidate ?? {}) as { get?: unknown; set?: unknown };
+  return typeof get === 'function' && typeof set === 'function';
+}
+
+/** A cache manager as a `CacheBackend`: its keys prefixed `nest-lock:`, its ttl in ms (cache-manager ≥ 5). */
+export function cacheManagerBackend(manager: CacheManagerLike): CacheBackend {
+  return {
+    perProcess: true,
+    get: async (name) => {
+      const text = await manager.get(`nest-lock:${name}`);
+      return typeof text === 'string' ? text : undefined;
+    },
+    set: async (name, text, ttl) => {
+      await manager.set(`nest-lock:${name}`, text, ttl);
+    },
+  };
+}

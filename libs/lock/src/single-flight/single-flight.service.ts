@@ -1,4 +1,5 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { ModuleRef } from '@nestjs/core';
 import { registerLiveService, unregisterLiveService } from '../live-services.js';
 import { errorMessage, InvalidArgumentError, LockNotConfiguredError } from '../lock.errors.js';
 import { createLockLogger, type LockLogger } from '../lock-logger.js';
@@ -7,7 +8,10 @@ import { LockService } from '../lock.service.js';
 import { type ServiceOptions, validateKey } from '../options/call-options.js';
 import { LockStore, type SharedValues } from '../store/store.js';
 import {
+  type CacheBackend,
+  cacheManagerBackend,
   type CacheEntry,
+  isCacheManager,
   type CacheOptions,
   readEntry,
   refreshesEarly,
@@ -43,12 +47,14 @@ export class SingleFlightService implements OnModuleDestroy {
   // By key; each flight's type is its first caller's (the callers of one key ask for one type).
   private readonly flights = new Map<string, Flight<any>>(); // eslint-disable-line @typescript-eslint/no-explicit-any
   private readonly logger: LockLogger;
+  private cache?: CacheBackend;
 
   /** Built by `LockModule`. @internal */
   constructor(
     @Inject(LockService) private readonly locks: LockService,
     @Inject(LockStore) private readonly store: LockStore,
     @Inject(LOCK_OPTIONS) private readonly options: ServiceOptions,
+    @Inject(ModuleRef) private readonly moduleRef: ModuleRef,
   ) {
     this.logger = createLockLogger(options.logger, 'SingleFlightService');
     registerLiveService(SingleFlightService, this);
@@ -91,7 +97,8 @@ export class SingleFlightService implements OnModuleDestroy {
     }
     const settings = resolveCacheOptions<T>(options, this.options.defaults);
     const values = this.sharedValues();
-    const cached = readEntry(await values.get(cacheNameOf(key)));
+    const cache = this.cacheBackend();
+    const cached = readEntry(await cache.get(cacheNameOf(key)));
     const now = Date.now();
     if (cached !== undefined && now < cached.freshUntil + settings.staleFor) {
       const fresh = now < cached.freshUntil;
@@ -99,14 +106,23 @@ export class SingleFlightService implements OnModuleDestroy {
       if (!fresh || refreshesEarly(cached, now, settings.earlyRefresh)) {
         // Not the caller's wait: its signal does not end the refresh.
         const refresh = { ...settings, signal: undefined };
-        this.fly('cache', key, () => this.fill(key, loader, refresh, values, cached), refresh, values).catch(
+        this.fly('cache', key, () => this.fill(key, loader, refresh, cache, cached), refresh, values).catch(
           (error: unknown) =>
             this.logger.warn(`Refresh of "${key}" failed, its value is served as it was: ${errorMessage(error)}`),
         );
       }
       return readRecord(key, cached.record, settings);
     }
-    return this.fly('cache', key, () => this.fill(key, loader, settings, values, cached), settings, values);
+    let filledHere = false;
+    const fill = (): Promise<T> => ((filledHere = true), this.fill(key, loader, settings, cache, cached));
+    const value = await this.fly('cache', key, fill, settings, values);
+    // Received from another process's load: a cache of this process's own keeps it too.
+    if (!filledHere && cache.perProcess) {
+      await this.keep(key, value, settings, cache, 0).catch((error: unknown) =>
+        this.logger.warn(`"${key}" could not be kept in this process's cache: ${errorMessage(error)}`),
+      );
+    }
+    return value;
   }
 
   /**
@@ -117,24 +133,52 @@ export class SingleFlightService implements OnModuleDestroy {
     key: string,
     loader: () => T | Promise<T>,
     settings: ResolvedCacheOptions<T>,
-    values: SharedValues,
+    cache: CacheBackend,
     seen: CacheEntry | undefined,
   ): Promise<T> {
-    const current = readEntry(await values.get(cacheNameOf(key)));
+    const current = readEntry(await cache.get(cacheNameOf(key)));
     if (current !== undefined && current.freshUntil !== seen?.freshUntil && Date.now() < current.freshUntil) {
       return readRecord(key, current.record, settings);
     }
     const started = Date.now();
     const value = await loader();
     // Never negative, should the clock step back during the load (the entry could not be read).
-    const loadMs = Math.max(0, Date.now() - started);
+    await this.keep(key, value, settings, cache, Math.max(0, Date.now() - started));
+    return value;
+  }
+
+  /** Keeps `value` in the cache, fresh from now (a value that cannot travel is not kept: see valueRecord). */
+  private async keep<T>(
+    key: string,
+    value: T,
+    settings: ResolvedCacheOptions<T>,
+    cache: CacheBackend,
+    loadMs: number,
+  ): Promise<void> {
     const record = valueRecord(key, value, settings);
-    // A value that cannot travel (see valueRecord) is not kept: the callers of this process get it.
-    if (record.startsWith('x')) return value;
+    if (record.startsWith('x')) return;
     const fresh = value === null || value === undefined ? settings.notFoundTtl : settings.ttl;
     const entry = writeEntry({ freshUntil: Date.now() + fresh, loadMs, record });
-    await values.set(cacheNameOf(key), entry, fresh + settings.staleFor);
-    return value;
+    await cache.set(cacheNameOf(key), entry, fresh + settings.staleFor);
+  }
+
+  /**
+   * The application's cache manager (`@nestjs/cache-manager`'s `CACHE_MANAGER`, found in any module)
+   * when there is one, else the store's shared values; looked up once.
+   */
+  private cacheBackend(): CacheBackend {
+    if (this.cache !== undefined) return this.cache;
+    let manager: unknown;
+    try {
+      manager = this.moduleRef.get('CACHE_MANAGER', { strict: false });
+    } catch {
+      manager = undefined; // no CacheModule in the application
+    }
+    const values = this.sharedValues();
+    this.cache = isCacheManager(manager)
+      ? cacheManagerBackend(manager)
+      : { perProcess: false, get: (name) => values.get(name), set: (name, text, ttl) => values.set(name, text, ttl) };
+    return this.cache;
   }
 
   private sharedValues(): SharedValues {
