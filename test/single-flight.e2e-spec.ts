@@ -298,6 +298,32 @@ describe.each(STORE_KINDS)('SingleFlightService.getOrLoad on the %s store', (kin
     expect(failures).toBe(2);
   });
 
+  it('a refresh that fails: the stale value is served, and this process tries again only a second later', async () => {
+    const service = await flights();
+    let attempts = 0;
+    let down = false;
+    const loader = async () => {
+      attempts++;
+      await delay(10);
+      if (down) throw new Error('database down');
+      return 'first';
+    };
+    const options = { ttl: 100, staleFor: 10_000, earlyRefresh: 0 };
+    expect(await service.getOrLoad('down', loader, options)).toBe('first');
+    down = true;
+    await delay(150);
+    const served: string[] = [];
+    const end = performance.now() + 1_500;
+    while (performance.now() < end) {
+      served.push(await service.getOrLoad('down', loader, options));
+      await delay(5);
+    }
+    expect(new Set(served)).toEqual(new Set(['first']));
+    // The first load, then one refresh at once and one a second after it failed (before: one after each).
+    expect(attempts).toBeLessThanOrEqual(4);
+    expect(attempts).toBeGreaterThanOrEqual(2);
+  });
+
   it('with staleFor, serves the stale value at once after ttl while one refresh runs, then the new value', async () => {
     const service = await flights();
     let version = 0;

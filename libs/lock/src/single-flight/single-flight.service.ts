@@ -27,6 +27,9 @@ import {
   type SingleFlightOptions,
 } from './single-flight-options.js';
 
+/** After a background refresh failed, how long this process serves the stale value without trying again. */
+const REFRESH_PAUSE_AFTER_FAILURE = 1_000;
+
 /** Where `getOrLoad` keeps `key`'s value among the store's values, and the name of its flights. */
 function cacheNameOf(key: string): string {
   return `cache:${key}`;
@@ -48,6 +51,8 @@ export class SingleFlightService implements OnModuleDestroy {
   private readonly flights = new Map<string, Flight<any>>(); // eslint-disable-line @typescript-eslint/no-explicit-any
   private readonly logger: LockLogger;
   private cache?: CacheBackend;
+  /** When a background refresh of a key last failed in this process (forgotten when one succeeds). */
+  private readonly failedRefreshes = new Map<string, number>();
 
   /** Built by `LockModule`. @internal */
   constructor(
@@ -102,13 +107,19 @@ export class SingleFlightService implements OnModuleDestroy {
     const now = Date.now();
     if (cached !== undefined && now < cached.freshUntil + settings.staleFor) {
       const fresh = now < cached.freshUntil;
-      // Stale, or fresh but drawn to refresh early: one refresh for the fleet, in the background.
-      if (!fresh || refreshesEarly(cached, now, settings.earlyRefresh)) {
+      // Stale, or fresh but drawn to refresh early: one refresh for the fleet, in the background —
+      // not again from this process for a second after one failed (a backend that is down).
+      const failedAt = this.failedRefreshes.get(key);
+      const pausing = failedAt !== undefined && now - failedAt < REFRESH_PAUSE_AFTER_FAILURE;
+      if (!pausing && (!fresh || refreshesEarly(cached, now, settings.earlyRefresh))) {
         // Not the caller's wait: its signal does not end the refresh.
         const refresh = { ...settings, signal: undefined };
-        this.fly('cache', key, () => this.fill(key, loader, refresh, cache, cached), refresh, values).catch(
-          (error: unknown) =>
-            this.logger.warn(`Refresh of "${key}" failed, its value is served as it was: ${errorMessage(error)}`),
+        this.fly('cache', key, () => this.fill(key, loader, refresh, cache, cached), refresh, values).then(
+          () => this.failedRefreshes.delete(key),
+          (error: unknown) => {
+            this.failedRefreshes.set(key, Date.now());
+            this.logger.warn(`Refresh of "${key}" failed, its value is served as it was: ${errorMessage(error)}`);
+          },
         );
       }
       return readRecord(key, cached.record, settings);
