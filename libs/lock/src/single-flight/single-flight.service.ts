@@ -30,7 +30,7 @@ import {
 /** After a background refresh failed, how long this process serves the stale value without trying again. */
 const REFRESH_PAUSE_AFTER_FAILURE = 1_000;
 
-/** Where `getOrLoad` keeps `key`'s value among the store's values, and the name of its flights. */
+/** The name under which `getOrLoad` keeps `key`'s value in the cache (its flights are named apart: flight.ts). */
 function cacheNameOf(key: string): string {
   return `cache:${key}`;
 }
