@@ -9,7 +9,7 @@ import {
   Param,
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { InvalidArgumentError, LockModule, SingleFlight } from 'nest-lock';
+import { InvalidArgumentError, LockModule, LockTimeoutError, SingleFlight } from 'nest-lock';
 import type { Server } from 'node:http';
 import { setTimeout as delay } from 'node:timers/promises';
 import { defer, delay as delayed, Observable, of } from 'rxjs';
@@ -28,6 +28,8 @@ class Catalogue {
     await delay(150);
     if (id === 'missing') throw new NotFoundException(`no product ${id}`);
     if (id === 'invalid') throw new BadRequestException(['id must be an integer', 'id must be positive']);
+    if (id === 'busy') throw new LockTimeoutError(`stock:${id}`, 5, 5);
+    if (id === 'status-200') throw Object.assign(new Error('a failure with a status property'), { status: 200 });
     return { id };
   }
 
@@ -124,6 +126,24 @@ describe('@SingleFlight on routes and services, two applications on one Redis (a
       ]),
     );
     expect(loads.get('invalid')).toBe(1);
+  });
+
+  it('found by a second outside review: a nest-lock error of the method answers its status on both pods (409)', async () => {
+    const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => http(i % 2).get('/products/busy')));
+    // Before: 409 where the method ran, 500 on the other pod.
+    expect(answers.map((answer) => answer.status)).toEqual(Array(6).fill(409));
+    for (const answer of answers) expect(answer.body).toMatchObject({ statusCode: 409, code: 'LOCK_TIMEOUT' });
+    expect(loads.get('busy')).toBe(1);
+  });
+
+  it('found by a second outside review: an error with a status property but no HttpException answers 500 on both pods', async () => {
+    const answers = await Promise.all(Array.from({ length: 6 }, (_, i) => http(i % 2).get('/products/status-200')));
+    // Before: 500 where the method ran, 200 (a failed load!) with its message on the other pod.
+    expect(answers.map((answer) => answer.status)).toEqual(Array(6).fill(500));
+    expect(new Set(answers.map((answer) => JSON.stringify(answer.body)))).toEqual(
+      new Set([JSON.stringify({ statusCode: 500, message: 'Internal server error' })]),
+    );
+    expect(loads.get('status-200')).toBe(1);
   });
 
   it('a method returning an Observable shares its last value, lazily: nothing runs until subscribed', async () => {

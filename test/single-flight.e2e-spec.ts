@@ -521,3 +521,193 @@ describe("SingleFlightService.getOrLoad with the application's @nestjs/cache-man
     }
   });
 });
+
+describe('SingleFlightService: found by a second outside review', () => {
+  const server = useRedisServer();
+
+  /** Loads `key` in another application within `within` ms: the key was not left held. */
+  async function loadsElsewhere(key: string, within: number): Promise<void> {
+    const other = await flightsOn({ redis: server().url, defaults: { ttl: 1_000 } });
+    const started = performance.now();
+    await expect(other.load(key, async () => 'loaded elsewhere', { timeout: 3_000 })).resolves.toBe('loaded elsewhere');
+    expect(performance.now() - started).toBeLessThan(within);
+  }
+
+  it('a caller that aborts before the lock is taken leaves the key free (before: held and renewed for ever)', async () => {
+    const flights = await flightsOn({ redis: server().url, defaults: { ttl: 1_000 } });
+    const controller = new AbortController();
+    const call = flights.load('aborted-early', async () => 'unwanted', { signal: controller.signal });
+    queueMicrotask(() => controller.abort(new Error('client hung up')));
+    await expect(call).rejects.toThrow('client hung up');
+    await delay(1_500);
+    await loadsElsewhere('aborted-early', 1_000);
+  });
+
+  it('a caller whose timeout passes before the lock is answered leaves the key free', async () => {
+    const flights = await flightsOn({ redis: server().url, defaults: { ttl: 1_000 } });
+    server().pause();
+    try {
+      await expect(flights.load('timed-out-early', async () => 'unwanted', { timeout: 100 })).rejects.toBeInstanceOf(
+        LoadTimeoutError,
+      );
+    } finally {
+      server().resume();
+    }
+    await delay(1_500);
+    await loadsElsewhere('timed-out-early', 1_000);
+  });
+
+  it('a background refresh slower than the callers’ timeout is not given up: one refresh at a time', async () => {
+    const fleet = [
+      await flightsOn({ redis: server().url }),
+      await flightsOn({ redis: server().url }),
+      await flightsOn({ redis: server().url }),
+    ];
+    let running = 0;
+    let most = 0;
+    let loads = 0;
+    const loader = async (): Promise<number> => {
+      loads++;
+      most = Math.max(most, ++running);
+      await delay(2_000);
+      running--;
+      return loads;
+    };
+    const options = { ttl: 200, staleFor: 60_000, timeout: 300 };
+    await fleet[0].getOrLoad('slow-refresh', loader, { ...options, timeout: 5_000 });
+    await delay(250);
+    // Before: each refresh was given up after 300 ms (its lock with it), and another began beside it.
+    const until = performance.now() + 3_000;
+    while (performance.now() < until) {
+      await Promise.all(fleet.map((flights) => flights.getOrLoad('slow-refresh', loader, options)));
+      await delay(50);
+    }
+    await delay(2_100);
+    expect(most).toBe(1);
+    // The fill, then refreshes one after another (2 s each, 200 ms fresh between).
+    expect(loads).toBeLessThanOrEqual(3);
+  });
+
+  it('a refresh received from another process is kept in a per-process CACHE_MANAGER (before: each refreshed again)', async () => {
+    const boot = async () => {
+      const module = await Test.createTestingModule({
+        imports: [CacheModule.register(), LockModule.forRoot({ redis: server().url, logger: false })],
+      }).compile();
+      await module.init();
+      modules.push(module);
+      return module.get(SingleFlightService);
+    };
+    const [a, b] = [await boot(), await boot()];
+    let loads = 0;
+    const loader = async (): Promise<number> => (await delay(150), ++loads);
+    const options = { ttl: 300, staleFor: 60_000 };
+    await Promise.all([a.getOrLoad('kept', loader, options), b.getOrLoad('kept', loader, options)]);
+    expect(loads).toBe(1);
+    await delay(350);
+    // Both stale at once: one refresh for the two; each keeps its value.
+    await Promise.all([a.getOrLoad('kept', loader, options), b.getOrLoad('kept', loader, options)]);
+    await delay(250);
+    expect(loads).toBe(2);
+    expect([await a.getOrLoad('kept', loader, options), await b.getOrLoad('kept', loader, options)]).toEqual([2, 2]);
+    await delay(100);
+    expect(loads).toBe(2);
+  });
+
+  it('a process that received a value keeps it with the load time, so early refresh still works on a shared cache', async () => {
+    const shared = new Map<string, unknown>();
+    const sharedCache = {
+      get: async (key: string) => shared.get(key),
+      set: async (key: string, value: unknown) => void shared.set(key, value),
+    };
+    const boot = async () => {
+      const module = await Test.createTestingModule({
+        imports: [LockModule.forRoot({ redis: server().url, logger: false })],
+        providers: [{ provide: CACHE_MANAGER, useValue: sharedCache }],
+      }).compile();
+      await module.init();
+      modules.push(module);
+      return module.get(SingleFlightService);
+    };
+    const [a, b] = [await boot(), await boot()];
+    const loader = () => delay(300).then(() => 'value');
+    const here = a.getOrLoad('xfetch', loader, { ttl: 10_000 });
+    await delay(20);
+    await Promise.all([here, b.getOrLoad('xfetch', loader, { ttl: 10_000 })]);
+    await delay(50);
+    // Before: the waiter's copy, written last, said the load took 0 ms (XFetch never fires early then).
+    const entry = /^\d+:(\d+):/.exec(String(shared.get('nest-lock:cache:xfetch')))!;
+    expect(Number(entry[1])).toBeGreaterThanOrEqual(200);
+  });
+
+  it('a loader whose lease was lost meanwhile does not write over the value of the load that followed', async () => {
+    const [a, b, c] = [
+      await flightsOn({ redis: server().url }),
+      await flightsOn({ redis: server().url }),
+      await flightsOn({ redis: server().url }),
+    ];
+    const operator = await bootLockModule({ redis: server().url, logger: false });
+    apps.push(operator);
+    const slow = a.getOrLoad('overwritten', () => delay(700).then(() => 'old'), { ttl: 10_000, lockTtl: 300 });
+    await delay(100);
+    // The lease of a's load is taken from it (as when its process froze past the lease).
+    await operator.locks.forceUnlock('single-flight-cache:overwritten');
+    await expect(b.getOrLoad('overwritten', async () => 'new', { ttl: 10_000 })).resolves.toBe('new');
+    await expect(slow).resolves.toBe('old');
+    await delay(50);
+    expect(await c.getOrLoad('overwritten', async () => 'unwanted', { ttl: 10_000 })).toBe('new');
+  });
+
+  it("getOrLoad's timeout bounds a cache that does not answer (LoadTimeoutError, not a hang)", async () => {
+    const hanging = { get: () => new Promise(() => undefined), set: () => new Promise(() => undefined) };
+    const module = await Test.createTestingModule({
+      imports: [LockModule.forRoot({ redis: server().url, logger: false })],
+      providers: [{ provide: CACHE_MANAGER, useValue: hanging }],
+    }).compile();
+    await module.init();
+    modules.push(module);
+    const started = performance.now();
+    await expect(
+      module.get(SingleFlightService).getOrLoad('hung-cache', async () => 'v', { ttl: 1_000, timeout: 300 }),
+    ).rejects.toBeInstanceOf(LoadTimeoutError);
+    expect(performance.now() - started).toBeLessThan(1_000);
+  });
+
+  it("getOrLoad's timeout bounds the read of its own cache when Redis does not answer (before: the command timeout)", async () => {
+    const flights = await flightsOn({ redis: server().url, commandTimeout: 3_000 });
+    await flights.getOrLoad('frozen', async () => 'warm', { ttl: 1 });
+    server().pause();
+    try {
+      const started = performance.now();
+      await expect(flights.getOrLoad('frozen', async () => 'v', { ttl: 1_000, timeout: 300 })).rejects.toBeInstanceOf(
+        LoadTimeoutError,
+      );
+      expect(performance.now() - started).toBeLessThan(1_500);
+    } finally {
+      server().resume();
+    }
+  });
+
+  it('an error with a status that is no HttpException travels without it (the loader’s own process answers 500 too)', async () => {
+    const a = await flightsOn({ redis: server().url });
+    const b = await flightsOn({ redis: server().url });
+    const failing = () =>
+      delay(100).then(() => Promise.reject(Object.assign(new Error('upstream said 200'), { status: 200 })));
+    const here = a.load('status', failing);
+    await delay(20);
+    const there = b.load('status', failing);
+    await expect(here).rejects.toThrow('upstream said 200');
+    await expect(there).rejects.toMatchObject({ constructor: LoaderError, status: undefined });
+  });
+
+  it('a loader that loads its own key again is refused at once, not left to wait for itself', async () => {
+    const flights = await flightsOn({ redis: server().url });
+    const started = performance.now();
+    const reentrant = (): Promise<string> => flights.load('self', reentrant, { timeout: 2_000 });
+    await expect(flights.load('self', reentrant, { timeout: 2_000 })).rejects.toMatchObject({
+      constructor: InvalidArgumentError,
+      message: expect.stringMatching(/its own loader/),
+    });
+    expect(performance.now() - started).toBeLessThan(1_000);
+    await expect(flights.load('self', async () => 'fine')).resolves.toBe('fine');
+  });
+});

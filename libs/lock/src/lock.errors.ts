@@ -274,7 +274,7 @@ export class LoaderError extends Error {
     message: string,
     /** Its `code`, when it had one (a string or a number). */
     readonly code?: string | number,
-    /** Its HTTP status, when it was an `HttpException` (or had a numeric `status`). */
+    /** The HTTP status its own process answered with: an `HttpException`'s, or a nest-lock error's 409 / 503. */
     readonly status?: number,
     /** An `HttpException`'s response body (`getResponse()`), as JSON carried it. */
     readonly response?: unknown,

@@ -93,16 +93,19 @@ function serviceOf(instance: object, property: symbol | undefined, where: string
   );
 }
 
-/** A loader's `HttpException` seen from another process answers as it would have there. */
+/**
+ * A loader's `HttpException` seen from another process answers as it would have there (its status and
+ * body); a nest-lock error (a 409 or 503 there) with its status, code and message.
+ */
 function asHttpAnswer(error: unknown): unknown {
   if (!(error instanceof LoaderError) || error.status === undefined) return error;
-  const answer = new HttpException(
-    (error.response as string | Record<string, unknown> | undefined) ?? error.message,
-    error.status,
-    {
-      cause: error,
-    },
-  );
+  const { status, code, message } = error;
+  const body = (error.response as string | Record<string, unknown> | undefined) ?? {
+    statusCode: status,
+    message,
+    ...(code === undefined ? {} : { code }),
+  };
+  const answer = new HttpException(body, status, { cause: error });
   answer.name = error.name;
   return answer;
 }

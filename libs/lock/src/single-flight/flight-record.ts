@@ -1,4 +1,4 @@
-import { errorMessage, InvalidArgumentError, LoaderError } from '../lock.errors.js';
+import { errorMessage, InvalidArgumentError, LoaderError, LockError } from '../lock.errors.js';
 import type { ResolvedSingleFlightOptions } from './single-flight-options.js';
 
 /*
@@ -29,18 +29,19 @@ export function valueRecord<T>(key: string, value: T, settings: ResolvedSingleFl
 /**
  * The record of the error the loader threw: what a caller in another process needs to tell it — its
  * name, message, code, HTTP status and, for an `HttpException`, its response body — within `maxBytes`
- * (a longer message is cut, a larger body left out).
+ * (a longer message is cut, a larger body left out). The status is the one the loader's own process
+ * answers with: an `HttpException`'s, or a nest-lock error's (`LockError.httpAnswer`); any other error
+ * answers 500 there, whatever `status` property it has, and so it does everywhere.
  */
 export function errorRecord(error: unknown, maxBytes: number): string {
   const message = messageOf(error);
   let fields: Record<string, unknown> = { name: 'Error', message };
   try {
-    const { name, code, status } = (typeof error === 'object' && error !== null ? error : {}) as {
+    const { name, code } = (typeof error === 'object' && error !== null ? error : {}) as {
       name?: unknown;
       code?: unknown;
-      status?: unknown;
     };
-    const httpStatus = isStatus(status) ? status : httpStatusOf(error);
+    const httpStatus = error instanceof LockError ? statusOfLockError(error) : httpStatusOf(error);
     const response = httpStatus === undefined ? undefined : httpResponseOf(error);
     fields = {
       name: typeof name === 'string' ? name : 'Error',
@@ -93,6 +94,12 @@ export function readRecord<T>(key: string, record: string, settings: ResolvedSin
 
 function refusal(message: string): string {
   return `x${JSON.stringify({ message })}`;
+}
+
+/** A nest-lock error's answer (409, 503), but none for a 500: an error of any other kind answers that. */
+function statusOfLockError(error: LockError): number | undefined {
+  const { status } = error.httpAnswer;
+  return status === 500 ? undefined : status;
 }
 
 /** An HTTP status: a whole number from 100 to 599. */

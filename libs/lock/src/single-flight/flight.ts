@@ -1,5 +1,6 @@
+import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Lock } from '../held-lock.js';
-import { errorMessage, LoadTimeoutError } from '../lock.errors.js';
+import { errorMessage, InvalidArgumentError, LoadTimeoutError } from '../lock.errors.js';
 import type { LockLogger } from '../lock-logger.js';
 import type { LockService } from '../lock.service.js';
 import { LONGEST_DURATION } from '../options/durations.js';
@@ -25,6 +26,25 @@ export function flightNames(kind: FlightKind, key: string): { lock: string; resu
   return { lock: `${prefix}:${key}`, result: `${prefix}:${key}`, error: `${prefix}-error:${key}` };
 }
 
+/** The flights (kind and key) whose loader the current call chain runs. */
+const loadingInChain = new AsyncLocalStorage<ReadonlySet<string>>();
+
+/**
+ * Refuses a call of a flight from within its own loader: it would wait for itself until its timeout.
+ * `id` names the flight (its kind and key), `key` is the caller's.
+ */
+export function refuseReentry(id: string, key: string): void {
+  if (loadingInChain.getStore()?.has(id)) {
+    throw new InvalidArgumentError(
+      'key',
+      `"${key}" is being loaded by this very call chain: its own loader cannot wait for its value`,
+    );
+  }
+}
+
+/** A flight's loader, told the lock it runs under (to check that it still holds it before it writes). */
+export type FlightLoader<T> = (lock: Lock) => T | Promise<T>;
+
 /** One caller of a flight: settled by the flight's outcome, unless it left first. */
 interface Caller<T> {
   resolve(value: T): void;
@@ -48,7 +68,9 @@ export class Flight<T> {
   constructor(
     kind: FlightKind,
     private readonly key: string,
-    private readonly loader: () => T | Promise<T>,
+    /** The flight's name in this process, as `refuseReentry` knows it. */
+    private readonly id: string,
+    private readonly loader: FlightLoader<T>,
     private readonly settings: ResolvedSingleFlightOptions<T>,
     private readonly locks: LockService,
     private readonly values: SharedValues,
@@ -158,19 +180,27 @@ export class Flight<T> {
    * releases. The writes and the release are not waited for one by one: the store applies the
    * commands of one connection in order, and the result's key shares the lock's hash tag (one server,
    * on a Cluster too), so a waiter the release lets in finds the result written. Abandoned by every
-   * caller of this process meanwhile, the lock is given back at once: a loader that never ends holds
-   * the key no longer than its callers wait, and what it returns late is nobody's.
+   * caller of this process meanwhile — even before the lock was taken — the lock is given back at
+   * once: a loader that never ends holds the key no longer than its callers wait, and what it returns
+   * late is nobody's. A result is left only while the lock is still held: a loader whose lease ran out
+   * (its process froze) must not write over the result of the load that came after it. The callers
+   * are answered once the release is: a call after theirs finds the key free, and loads again.
    */
   private async loadHolding(lock: Lock): Promise<T> {
     const signal = this.abandoned.signal;
-    const givenUp = (): void => void lock.unlock().catch(() => false);
-    signal.addEventListener('abort', givenUp, { once: true });
+    const release = (): void => void lock.unlock().catch(() => false);
+    if (signal.aborted) {
+      release();
+      throw signal.reason;
+    }
+    signal.addEventListener('abort', release, { once: true });
     let record: string | undefined;
     let failed = false;
     try {
       // An earlier load's result must not answer the waiters of this one if this process dies.
       this.keep(this.values.delete(this.names.result));
-      const value = await this.loader();
+      const loading = new Set(loadingInChain.getStore()).add(this.id);
+      const value = await loadingInChain.run(loading, () => this.loader(lock));
       record = valueRecord(this.key, value, this.settings);
       return value;
     } catch (thrown) {
@@ -178,8 +208,8 @@ export class Flight<T> {
       record = errorRecord(thrown, this.settings.maxValueBytes);
       throw thrown;
     } finally {
-      signal.removeEventListener('abort', givenUp);
-      if (record !== undefined && !signal.aborted) {
+      signal.removeEventListener('abort', release);
+      if (record !== undefined && !signal.aborted && lock.validity > 0) {
         this.keep(this.values.set(this.names.result, record, RESULT_TTL));
         const { cacheErrorsFor } = this.settings;
         if (failed && cacheErrorsFor > 0) this.keep(this.values.set(this.names.error, record, cacheErrorsFor));

@@ -1,7 +1,8 @@
 import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
 import { ModuleRef } from '@nestjs/core';
 import { registerLiveService, unregisterLiveService } from '../live-services.js';
-import { errorMessage, InvalidArgumentError, LockNotConfiguredError } from '../lock.errors.js';
+import type { Lock } from '../held-lock.js';
+import { errorMessage, InvalidArgumentError, LoadTimeoutError, LockNotConfiguredError } from '../lock.errors.js';
 import { createLockLogger, type LockLogger } from '../lock-logger.js';
 import { LOCK_OPTIONS } from '../lock.constants.js';
 import { LockService } from '../lock.service.js';
@@ -19,7 +20,7 @@ import {
   type ResolvedCacheOptions,
   writeEntry,
 } from './cache-entry.js';
-import { Flight, type FlightKind } from './flight.js';
+import { Flight, type FlightKind, type FlightLoader, refuseReentry } from './flight.js';
 import { readRecord, valueRecord } from './flight-record.js';
 import {
   type ResolvedSingleFlightOptions,
@@ -29,6 +30,13 @@ import {
 
 /** After a background refresh failed, how long this process serves the stale value without trying again. */
 const REFRESH_PAUSE_AFTER_FAILURE = 1_000;
+
+/**
+ * The longest a background refresh is waited for (when the caller's timeout is shorter): no caller waits
+ * for it, and given up early it would let another process start a second one beside it. A refresh
+ * still running once the stale value runs out is given up then.
+ */
+const LONGEST_REFRESH = 60_000;
 
 /** The name under which `getOrLoad` keeps `key`'s value in the cache (its flights are named apart: flight.ts). */
 function cacheNameOf(key: string): string {
@@ -83,7 +91,7 @@ export class SingleFlightService implements OnModuleDestroy {
       throw new InvalidArgumentError('loader', `must be a function, got ${typeof loader}`);
     }
     const settings = resolveSingleFlightOptions<T>(options, this.options.defaults);
-    return this.fly('load', key, loader, settings, this.sharedValues());
+    return this.fly('load', key, () => loader(), settings, this.sharedValues());
   }
 
   /**
@@ -102,8 +110,11 @@ export class SingleFlightService implements OnModuleDestroy {
     }
     const settings = resolveCacheOptions<T>(options, this.options.defaults);
     const values = this.sharedValues();
+    settings.signal?.throwIfAborted();
+    refuseReentry(flightIdOf('cache', key), key);
     const cache = this.cacheBackend();
-    const cached = readEntry(await cache.get(cacheNameOf(key)));
+    const started = performance.now();
+    const cached = readEntry(await this.boundedWait(key, cache.get(cacheNameOf(key)), settings));
     const now = Date.now();
     if (cached !== undefined && now < cached.freshUntil + settings.staleFor) {
       const fresh = now < cached.freshUntil;
@@ -112,28 +123,91 @@ export class SingleFlightService implements OnModuleDestroy {
       const failedAt = this.failedRefreshes.get(key);
       const pausing = failedAt !== undefined && now - failedAt < REFRESH_PAUSE_AFTER_FAILURE;
       if (!pausing && (!fresh || refreshesEarly(cached, now, settings.earlyRefresh))) {
-        // Not the caller's wait: its signal does not end the refresh.
-        const refresh = { ...settings, signal: undefined };
-        this.fly('cache', key, () => this.fill(key, loader, refresh, cache, cached), refresh, values).then(
-          () => this.failedRefreshes.delete(key),
-          (error: unknown) => {
-            this.failedRefreshes.set(key, Date.now());
-            this.logger.warn(`Refresh of "${key}" failed, its value is served as it was: ${errorMessage(error)}`);
-          },
-        );
+        this.refresh(key, loader, settings, cache, cached, values);
       }
       return readRecord(key, cached.record, settings);
     }
+    const timeLeft = Math.max(1, settings.timeout - (performance.now() - started));
+    return this.loadIntoCache(key, loader, { ...settings, timeout: timeLeft }, cache, cached, values);
+  }
+
+  /**
+   * One refresh of `key` for the fleet, in the background: not the caller's wait, so neither its
+   * signal nor its timeout ends it (given up, the lock would let another process start a second one
+   * beside it); it is waited for while the value it refreshes may still be served, up to a minute.
+   */
+  private refresh<T>(
+    key: string,
+    loader: () => T | Promise<T>,
+    settings: ResolvedCacheOptions<T>,
+    cache: CacheBackend,
+    cached: CacheEntry,
+    values: SharedValues,
+  ): void {
+    const servedFor = cached.freshUntil + settings.staleFor - Date.now();
+    const timeout = Math.max(settings.timeout, Math.min(servedFor, LONGEST_REFRESH));
+    this.loadIntoCache(key, loader, { ...settings, signal: undefined, timeout }, cache, cached, values).then(
+      () => this.failedRefreshes.delete(key),
+      (error: unknown) => {
+        this.failedRefreshes.set(key, Date.now());
+        this.logger.warn(`Refresh of "${key}" failed, its value is served as it was: ${errorMessage(error)}`);
+      },
+    );
+  }
+
+  /**
+   * The flight that loads `key` into the cache, unless the value `cached` was read meanwhile
+   * replaced. A process that received the value from another's load keeps it in a cache of its own
+   * (one process's alone) too, with the time it waited as the load's time (early refresh reads it).
+   */
+  private async loadIntoCache<T>(
+    key: string,
+    loader: () => T | Promise<T>,
+    settings: ResolvedCacheOptions<T>,
+    cache: CacheBackend,
+    cached: CacheEntry | undefined,
+    values: SharedValues,
+  ): Promise<T> {
     let filledHere = false;
-    const fill = (): Promise<T> => ((filledHere = true), this.fill(key, loader, settings, cache, cached));
+    const fill = (lock: Lock): Promise<T> => {
+      filledHere = true;
+      return this.fill(key, loader, settings, cache, cached, lock);
+    };
+    const joined = Date.now();
     const value = await this.fly('cache', key, fill, settings, values);
-    // Received from another process's load: a cache of this process's own keeps it too.
     if (!filledHere && cache.perProcess) {
-      await this.keep(key, value, settings, cache, 0).catch((error: unknown) =>
+      // Not waited for: the caller has its value, and a cache that does not answer must not hold it.
+      this.keep(key, value, settings, cache, Date.now() - joined).catch((error: unknown) =>
         this.logger.warn(`"${key}" could not be kept in this process's cache: ${errorMessage(error)}`),
       );
     }
     return value;
+  }
+
+  /** `read`, or `LoadTimeoutError` once the caller's timeout passes (or its signal's reason). */
+  private boundedWait<R>(
+    key: string,
+    read: Promise<R>,
+    settings: { timeout: number; signal?: AbortSignal | undefined },
+  ): Promise<R> {
+    const { timeout, signal } = settings;
+    const started = performance.now();
+    return new Promise<R>((resolve, reject) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        signal?.removeEventListener('abort', aborted);
+      };
+      const aborted = (): void => (done(), reject(signal!.reason));
+      const timer = setTimeout(
+        () => (done(), reject(new LoadTimeoutError(key, performance.now() - started, timeout))),
+        timeout,
+      );
+      signal?.addEventListener('abort', aborted, { once: true });
+      read.then(
+        (value) => (done(), resolve(value)),
+        (error: unknown) => (done(), reject(error)),
+      );
+    });
   }
 
   /**
@@ -146,6 +220,7 @@ export class SingleFlightService implements OnModuleDestroy {
     settings: ResolvedCacheOptions<T>,
     cache: CacheBackend,
     seen: CacheEntry | undefined,
+    lock: Lock,
   ): Promise<T> {
     const current = readEntry(await cache.get(cacheNameOf(key)));
     if (current !== undefined && current.freshUntil !== seen?.freshUntil && Date.now() < current.freshUntil) {
@@ -153,6 +228,8 @@ export class SingleFlightService implements OnModuleDestroy {
     }
     const started = Date.now();
     const value = await loader();
+    // Not once the lease ran out (the process froze): the load that came after may have filled it.
+    if (lock.validity === 0) return value;
     // Never negative, should the clock step back during the load (the entry could not be read).
     await this.keep(key, value, settings, cache, Math.max(0, Date.now() - started));
     return value;
@@ -209,21 +286,27 @@ export class SingleFlightService implements OnModuleDestroy {
   private fly<T>(
     kind: FlightKind,
     key: string,
-    loader: () => T | Promise<T>,
+    loader: FlightLoader<T>,
     settings: ResolvedSingleFlightOptions<T>,
     values: SharedValues,
   ): Promise<T> {
     settings.signal?.throwIfAborted();
-    const id = `${kind}\0${key}`;
+    const id = flightIdOf(kind, key);
+    refuseReentry(id, key);
     let flight = this.flights.get(id) as Flight<T> | undefined;
     if (flight === undefined) {
       const ended = (): void => {
         if (this.flights.get(id) === started) this.flights.delete(id);
       };
-      const started: Flight<T> = new Flight(kind, key, loader, settings, this.locks, values, this.logger, ended);
+      const started: Flight<T> = new Flight(kind, key, id, loader, settings, this.locks, values, this.logger, ended);
       this.flights.set(id, started);
       flight = started;
     }
     return flight.join(settings.timeout, settings.signal);
   }
+}
+
+/** A flight's name in this process: its kind and key. */
+function flightIdOf(kind: FlightKind, key: string): string {
+  return `${kind}\0${key}`;
 }
