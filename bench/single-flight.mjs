@@ -1,10 +1,11 @@
 // The single-flight workload (issue 33): N processes × M concurrent misses of one cold key, a loader
-// of a fixed time, in four ways — SingleFlightService.load; the demo's workflow by hand (lock, read the
-// cache again, load, fill); callers of one process sharing one load, processes not (the floor of the
-// callers' latency on this machine, and what in-process coalescing gives); and no coordination.
+// of a fixed time, in five ways — SingleFlightService.load; the demo's workflow by hand (lock, read the
+// cache again, load, fill); the floor of a coordinated load (one process loads and publishes the value
+// to the others, subscribed beforehand); callers of one process sharing one load, processes not (what
+// in-process coalescing gives); and no coordination.
 // Each way: loader calls, the callers' latency over the loader's time, Redis commands per request.
 //
-// node bench/single-flight.mjs [--processes 10] [--callers 1000] [--loader 200] [--reps 3] [--out NAME]
+// node bench/single-flight.mjs [--processes 10] [--callers 1000] [--loader 200] [--reps 3] [--ways a,b] [--out NAME]
 // Writes bench/results/<NAME>.md and .json (NAME: single-flight). Needs the built library (npm run build).
 import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
@@ -22,18 +23,21 @@ const { values: flags } = parseArgs({
     loader: { type: 'string', default: '200' },
     reps: { type: 'string', default: '3' },
     out: { type: 'string', default: 'single-flight' },
+    ways: { type: 'string', default: '' },
   },
 });
 const processes = Number(flags.processes);
 const callers = Number(flags.callers);
 const loaderMs = Number(flags.loader);
 const reps = Number(flags.reps);
+const chosen = flags.ways.split(',').filter(Boolean);
 const WORKER = new URL('../test/support/workers/single-flight.mjs', import.meta.url).pathname;
 
 /** The ways, and how many callers each process fires (by hand every caller takes the lock in turn: fewer). */
 const WAYS = [
   { mode: 'single-flight', title: 'SingleFlightService.load', callers },
   { mode: 'lock-reread', title: 'lock + re-read by hand (the demo)', callers: Math.max(1, Math.round(callers / 10)) },
+  { mode: 'push', title: 'floor: one load, its value published to subscribers', callers },
   { mode: 'local', title: 'one load per process (in-process coalescing)', callers },
   { mode: 'none', title: 'no coordination', callers },
 ];
@@ -43,7 +47,7 @@ const admin = new Redis(server.url);
 const results = [];
 try {
   for (let rep = 1; rep <= reps; rep++) {
-    for (const way of WAYS) {
+    for (const way of WAYS.filter((w) => chosen.length === 0 || chosen.includes(w.mode))) {
       const run = await fire(way, `cold:${rep}:${way.mode}`);
       results.push({ ...run, mode: way.mode, rep });
       console.log(
@@ -107,7 +111,7 @@ async function until(check, ms = 60_000) {
 }
 
 async function report() {
-  const rows = WAYS.map((way) => {
+  const rows = WAYS.filter((way) => results.some((run) => run.mode === way.mode)).map((way) => {
     const runs = results.filter((run) => run.mode === way.mode);
     const med = (field) => median(runs.map((run) => run[field]));
     return {

@@ -11,6 +11,10 @@
 //                         read again, load and fill, unlock (a Redis string as the cache);
 //         local         — callers of this process share one load, processes do not (the floor of the
 //                         callers' latency on this machine, and one load per process);
+//         push          — the floor of a coordinated load: callers of a process share one promise, one
+//                         process wins a SET NX and publishes the value; the others, subscribed before,
+//                         take it from the message (no lock line, no renewal, no death of the loader
+//                         covered: a bound, not a design);
 //         none          — the control: every caller runs the loader.
 //   Every loader call counts itself on Redis (<key>:loads), so that the test sees calls in every process.
 import { setTimeout as delay } from 'node:timers/promises';
@@ -49,8 +53,23 @@ let shared;
 async function call() {
   if (mode === 'none') return loader();
   if (mode === 'local') return (shared ??= loader());
+  if (mode === 'push') return (shared ??= pushed());
   if (mode === 'lock-reread') return lockAndReread();
   return flights.load(key, loader, { lockTtl, timeout: 30_000 });
+}
+
+// Subscribed before the run, as a fleet's wake-up channel is.
+const subscriber = mode === 'push' ? new Redis(url) : undefined;
+const published = new Promise((resolve) => subscriber?.on('message', (_channel, message) => resolve(message)));
+await subscriber?.subscribe(`${key}:value`);
+
+async function pushed() {
+  if ((await redis.set(`${key}:push-lock`, '1', 'PX', lockTtl, 'NX')) === 'OK') {
+    const value = await loader();
+    await redis.publish(`${key}:value`, JSON.stringify(value));
+    return value;
+  }
+  return JSON.parse(await published);
 }
 
 async function lockAndReread() {
@@ -130,6 +149,7 @@ if (process.env.SF_DEBUG)
     cpuMs: Math.round((process.cpuUsage(cpuAtStart).user + process.cpuUsage(cpuAtStart).system) / 1000),
   });
 redis.disconnect();
+subscriber?.disconnect();
 await app.close();
 // Exits once the report is written: stdout is a pipe, written asynchronously, and a long line (every
 // latency) could be cut by an exit right after the write.

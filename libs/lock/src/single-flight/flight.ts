@@ -1,6 +1,5 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import type { Lock } from '../held-lock.js';
-import { errorMessage, InvalidArgumentError, LoadTimeoutError } from '../lock.errors.js';
+import { errorMessage, LoadTimeoutError } from '../lock.errors.js';
 import type { LockLogger } from '../lock-logger.js';
 import type { LockService } from '../lock.service.js';
 import { LONGEST_DURATION } from '../options/durations.js';
@@ -24,22 +23,6 @@ export type FlightKind = 'load' | 'cache';
 export function flightNames(kind: FlightKind, key: string): { lock: string; result: string; error: string } {
   const prefix = kind === 'load' ? 'single-flight' : 'single-flight-cache';
   return { lock: `${prefix}:${key}`, result: `${prefix}:${key}`, error: `${prefix}-error:${key}` };
-}
-
-/** The flights (kind and key) whose loader the current call chain runs. */
-const loadingInChain = new AsyncLocalStorage<ReadonlySet<string>>();
-
-/**
- * Refuses a call of a flight from within its own loader: it would wait for itself until its timeout.
- * `id` names the flight (its kind and key), `key` is the caller's.
- */
-export function refuseReentry(id: string, key: string): void {
-  if (loadingInChain.getStore()?.has(id)) {
-    throw new InvalidArgumentError(
-      'key',
-      `"${key}" is being loaded by this very call chain: its own loader cannot wait for its value`,
-    );
-  }
 }
 
 /** A flight's loader, told the lock it runs under (to check that it still holds it before it writes). */
@@ -68,8 +51,6 @@ export class Flight<T> {
   constructor(
     kind: FlightKind,
     private readonly key: string,
-    /** The flight's name in this process, as `refuseReentry` knows it. */
-    private readonly id: string,
     private readonly loader: FlightLoader<T>,
     private readonly settings: ResolvedSingleFlightOptions<T>,
     private readonly locks: LockService,
@@ -199,8 +180,7 @@ export class Flight<T> {
     try {
       // An earlier load's result must not answer the waiters of this one if this process dies.
       this.keep(this.values.delete(this.names.result));
-      const loading = new Set(loadingInChain.getStore()).add(this.id);
-      const value = await loadingInChain.run(loading, () => this.loader(lock));
+      const value = await this.loader(lock);
       record = valueRecord(this.key, value, this.settings);
       return value;
     } catch (thrown) {

@@ -20,7 +20,7 @@ import {
   type ResolvedCacheOptions,
   writeEntry,
 } from './cache-entry.js';
-import { Flight, type FlightKind, type FlightLoader, refuseReentry } from './flight.js';
+import { Flight, type FlightKind, type FlightLoader } from './flight.js';
 import { readRecord, valueRecord } from './flight-record.js';
 import {
   type ResolvedSingleFlightOptions,
@@ -111,7 +111,6 @@ export class SingleFlightService implements OnModuleDestroy {
     const settings = resolveCacheOptions<T>(options, this.options.defaults);
     const values = this.sharedValues();
     settings.signal?.throwIfAborted();
-    refuseReentry(flightIdOf('cache', key), key);
     const cache = this.cacheBackend();
     const started = performance.now();
     const cached = readEntry(await this.boundedWait(key, cache.get(cacheNameOf(key)), settings));
@@ -291,22 +290,16 @@ export class SingleFlightService implements OnModuleDestroy {
     values: SharedValues,
   ): Promise<T> {
     settings.signal?.throwIfAborted();
-    const id = flightIdOf(kind, key);
-    refuseReentry(id, key);
+    const id = `${kind}\0${key}`;
     let flight = this.flights.get(id) as Flight<T> | undefined;
     if (flight === undefined) {
       const ended = (): void => {
         if (this.flights.get(id) === started) this.flights.delete(id);
       };
-      const started: Flight<T> = new Flight(kind, key, id, loader, settings, this.locks, values, this.logger, ended);
+      const started: Flight<T> = new Flight(kind, key, loader, settings, this.locks, values, this.logger, ended);
       this.flights.set(id, started);
       flight = started;
     }
     return flight.join(settings.timeout, settings.signal);
   }
-}
-
-/** A flight's name in this process: its kind and key. */
-function flightIdOf(kind: FlightKind, key: string): string {
-  return `${kind}\0${key}`;
 }
