@@ -7,6 +7,9 @@ import type { ResolvedSingleFlightOptions } from './single-flight-options.js';
  * error (JSON: name, message, code, status), `x` why the value could not travel (JSON: message).
  */
 
+/** Thrown by a `serialize` that refuses a value with a message of its own (the value, wrapped). */
+export class ValueRefused extends Error {}
+
 /** The record of a value the loader returned. */
 export function valueRecord<T>(key: string, value: T, settings: ResolvedSingleFlightOptions<T>): string {
   if (value === undefined) return 'u';
@@ -14,6 +17,7 @@ export function valueRecord<T>(key: string, value: T, settings: ResolvedSingleFl
   try {
     text = settings.serialize(value);
   } catch (error) {
+    if (error instanceof ValueRefused) return refusal(error.message);
     return refusal(`the value of "${key}" cannot be serialized: ${errorMessage(error)}`);
   }
   if (typeof text !== 'string') return refusal(`serialize must return a string for "${key}", got ${typeof text}`);
@@ -73,6 +77,8 @@ export function readRecord<T>(key: string, record: string, settings: ResolvedSin
       try {
         return settings.deserialize(body);
       } catch (error) {
+        // Already saying what it could not read (a value inside a cache entry).
+        if (error instanceof InvalidArgumentError) throw error;
         throw new InvalidArgumentError('deserialize', `could not read the value of "${key}": ${errorMessage(error)}`);
       }
     case 'u':
@@ -90,6 +96,11 @@ export function readRecord<T>(key: string, record: string, settings: ResolvedSin
     default:
       throw new InvalidArgumentError('value', (JSON.parse(body) as { message: string }).message);
   }
+}
+
+/** Why a value's record says it cannot travel; `undefined` for a record of a value or an error. */
+export function refusalOf(record: string): string | undefined {
+  return record[0] === 'x' ? (JSON.parse(record.slice(1)) as { message: string }).message : undefined;
 }
 
 function refusal(message: string): string {

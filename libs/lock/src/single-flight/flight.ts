@@ -58,6 +58,8 @@ export class Flight<T> {
     private readonly logger: LockLogger,
     /** Called when the flight is over for this process (settled, or abandoned by its last caller): once or twice. */
     private readonly ended: () => void,
+    /** Told once of a value this process received from another's load (not of one it loaded). */
+    private readonly received?: (value: T) => void,
   ) {
     this.names = flightNames(kind, key);
     // One reaction for every caller, however many come and go (each kept none of its own).
@@ -128,7 +130,7 @@ export class Flight<T> {
       signal,
     });
     const record = await this.readResult(reading);
-    if (record !== undefined) return readRecord(this.key, record, this.settings);
+    if (record !== undefined) return this.receive(record);
     // No result: its loader died or gave up. Wait in the lock's line to write — not in a loop of
     // attempts beside the other readers — and load in turn, unless a load came first.
     const writing = await this.locks.lock(this.names.lock, {
@@ -143,7 +145,14 @@ export class Flight<T> {
     });
     if (meanwhile === undefined) return this.loadHolding(writing);
     await writing.unlock().catch(() => false);
-    return readRecord(this.key, meanwhile, this.settings);
+    return this.receive(meanwhile);
+  }
+
+  /** The value (or error) of another process's load, from its record. */
+  private receive(record: string): T {
+    const value = readRecord(this.key, record, this.settings);
+    this.received?.(value);
+    return value;
   }
 
   /** The result the loader left, read under `reading`, which is released at once (not waited for). */

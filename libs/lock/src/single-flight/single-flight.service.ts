@@ -21,7 +21,7 @@ import {
   writeEntry,
 } from './cache-entry.js';
 import { Flight, type FlightKind, type FlightLoader } from './flight.js';
-import { readRecord, valueRecord } from './flight-record.js';
+import { readRecord, refusalOf, ValueRefused, valueRecord } from './flight-record.js';
 import {
   type ResolvedSingleFlightOptions,
   resolveSingleFlightOptions,
@@ -37,6 +37,33 @@ const REFRESH_PAUSE_AFTER_FAILURE = 1_000;
  * still running once the stale value runs out is given up then.
  */
 const LONGEST_REFRESH = 60_000;
+
+/** A value `getOrLoad` loaded (or found cached under the flight's lock), with its cache entry's times. */
+interface Filled<T> {
+  readonly value: T;
+  readonly freshUntil: number;
+  readonly loadMs: number;
+}
+
+/**
+ * The settings of a cache flight, whose result is a `Filled` value: it travels as its cache entry
+ * (`<freshUntil>:<loadMs>:<record>`), the value in it as `settings` serialize it.
+ */
+function filledSettings<T>(key: string, settings: ResolvedCacheOptions<T>): ResolvedSingleFlightOptions<Filled<T>> {
+  return {
+    ...settings,
+    serialize: ({ value, freshUntil, loadMs }) => {
+      const record = valueRecord(key, value, settings);
+      const refusal = refusalOf(record);
+      if (refusal !== undefined) throw new ValueRefused(refusal);
+      return writeEntry({ freshUntil, loadMs, record });
+    },
+    deserialize: (text) => {
+      const { freshUntil, loadMs, record } = readEntry(text)!;
+      return { value: readRecord(key, record, settings), freshUntil, loadMs };
+    },
+  };
+}
 
 /** The name under which `getOrLoad` keeps `key`'s value in the cache (its flights are named apart: flight.ts). */
 function cacheNameOf(key: string): string {
@@ -156,8 +183,10 @@ export class SingleFlightService implements OnModuleDestroy {
 
   /**
    * The flight that loads `key` into the cache, unless the value `cached` was read meanwhile
-   * replaced. A process that received the value from another's load keeps it in a cache of its own
-   * (one process's alone) too, with the time it waited as the load's time (early refresh reads it).
+   * replaced. Its result is the value with the times of its cache entry, so that a process that
+   * received it from another's load keeps, in a cache of its own (one process's alone), the very
+   * entry the loader wrote: the same expiry everywhere (the processes' refreshes meet in one flight),
+   * the same load time (early refresh reads it).
    */
   private async loadIntoCache<T>(
     key: string,
@@ -167,20 +196,16 @@ export class SingleFlightService implements OnModuleDestroy {
     cached: CacheEntry | undefined,
     values: SharedValues,
   ): Promise<T> {
-    let filledHere = false;
-    const fill = (lock: Lock): Promise<T> => {
-      filledHere = true;
-      return this.fill(key, loader, settings, cache, cached, lock);
-    };
-    const joined = Date.now();
-    const value = await this.fly('cache', key, fill, settings, values);
-    if (!filledHere && cache.perProcess) {
-      // Not waited for: the caller has its value, and a cache that does not answer must not hold it.
-      this.keep(key, value, settings, cache, Date.now() - joined).catch((error: unknown) =>
-        this.logger.warn(`"${key}" could not be kept in this process's cache: ${errorMessage(error)}`),
-      );
-    }
-    return value;
+    const fill = (lock: Lock): Promise<Filled<T>> => this.fill(key, loader, settings, cache, cached, lock);
+    const keepReceived = cache.perProcess
+      ? (filled: Filled<T>): void =>
+          // Not waited for: the callers have their value, and a cache that does not answer must not hold them.
+          void this.keep(key, filled, settings, cache).catch((error: unknown) =>
+            this.logger.warn(`"${key}" could not be kept in this process's cache: ${errorMessage(error)}`),
+          )
+      : undefined;
+    const filled = await this.fly('cache', key, fill, filledSettings(key, settings), values, keepReceived);
+    return filled.value;
   }
 
   /** `read`, or `LoadTimeoutError` once the caller's timeout passes (or its signal's reason). */
@@ -220,33 +245,37 @@ export class SingleFlightService implements OnModuleDestroy {
     cache: CacheBackend,
     seen: CacheEntry | undefined,
     lock: Lock,
-  ): Promise<T> {
+  ): Promise<Filled<T>> {
     const current = readEntry(await cache.get(cacheNameOf(key)));
     if (current !== undefined && current.freshUntil !== seen?.freshUntil && Date.now() < current.freshUntil) {
-      return readRecord(key, current.record, settings);
+      return {
+        value: readRecord(key, current.record, settings),
+        freshUntil: current.freshUntil,
+        loadMs: current.loadMs,
+      };
     }
     const started = Date.now();
     const value = await loader();
+    const fresh = value === null || value === undefined ? settings.notFoundTtl : settings.ttl;
+    // Never negative, should the clock step back during the load.
+    const filled = { value, freshUntil: Date.now() + fresh, loadMs: Math.max(0, Date.now() - started) };
     // Not once the lease ran out (the process froze): the load that came after may have filled it.
-    if (lock.validity === 0) return value;
-    // Never negative, should the clock step back during the load (the entry could not be read).
-    await this.keep(key, value, settings, cache, Math.max(0, Date.now() - started));
-    return value;
+    if (lock.validity > 0) await this.keep(key, filled, settings, cache);
+    return filled;
   }
 
-  /** Keeps `value` in the cache, fresh from now (a value that cannot travel is not kept: see valueRecord). */
+  /** Keeps a value with its entry's times, until it may no longer be served (not one that cannot travel). */
   private async keep<T>(
     key: string,
-    value: T,
+    filled: Filled<T>,
     settings: ResolvedCacheOptions<T>,
     cache: CacheBackend,
-    loadMs: number,
   ): Promise<void> {
-    const record = valueRecord(key, value, settings);
-    if (record.startsWith('x')) return;
-    const fresh = value === null || value === undefined ? settings.notFoundTtl : settings.ttl;
-    const entry = writeEntry({ freshUntil: Date.now() + fresh, loadMs, record });
-    await cache.set(cacheNameOf(key), entry, fresh + settings.staleFor);
+    const record = valueRecord(key, filled.value, settings);
+    const servedFor = filled.freshUntil + settings.staleFor - Date.now();
+    if (refusalOf(record) !== undefined || servedFor <= 0) return;
+    const entry = writeEntry({ freshUntil: filled.freshUntil, loadMs: filled.loadMs, record });
+    await cache.set(cacheNameOf(key), entry, servedFor);
   }
 
   /**
@@ -288,6 +317,7 @@ export class SingleFlightService implements OnModuleDestroy {
     loader: FlightLoader<T>,
     settings: ResolvedSingleFlightOptions<T>,
     values: SharedValues,
+    received?: (value: T) => void,
   ): Promise<T> {
     settings.signal?.throwIfAborted();
     const id = `${kind}\0${key}`;
@@ -296,7 +326,17 @@ export class SingleFlightService implements OnModuleDestroy {
       const ended = (): void => {
         if (this.flights.get(id) === started) this.flights.delete(id);
       };
-      const started: Flight<T> = new Flight(kind, key, loader, settings, this.locks, values, this.logger, ended);
+      const started: Flight<T> = new Flight(
+        kind,
+        key,
+        loader,
+        settings,
+        this.locks,
+        values,
+        this.logger,
+        ended,
+        received,
+      );
       this.flights.set(id, started);
       flight = started;
     }
