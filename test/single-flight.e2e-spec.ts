@@ -15,7 +15,9 @@ import {
   SingleFlightService,
 } from 'nest-lock';
 import { setTimeout as delay } from 'node:timers/promises';
+import { once } from 'node:events';
 import { bootLockModule, closeLockApp, createLockApp, type LockApp, STORE_KINDS } from './support/lock-app.js';
+import { onWorkerReports, spawnWorker } from './support/workers.js';
 import { RedisServer, useRedisServer } from './support/redis-server.js';
 
 /** Every application a test boots, closed after it. */
@@ -718,5 +720,90 @@ describe('SingleFlightService: found by a second outside review', () => {
     // Its inner call gives up a moment later (it joined after the lock was answered): the flight ends then.
     await delay(200);
     await expect(flights.load('self', async () => 'fine')).resolves.toBe('fine');
+  });
+});
+
+describe('SingleFlightService: found by a third outside review', () => {
+  const server = useRedisServer();
+
+  it('a loader that never settles, called without pause: the stream of callers does not keep the key for ever', async () => {
+    const a = await flightsOn({ redis: server().url, defaults: { ttl: 1_000 } });
+    const b = await flightsOn({ redis: server().url, defaults: { ttl: 1_000 } });
+    const never = () => new Promise<string>(() => undefined);
+    let streaming = true;
+    const stream = (async () => {
+      while (streaming) {
+        a.load('hung-stream', never, { timeout: 300 }).catch(() => undefined);
+        await delay(100);
+      }
+    })();
+    try {
+      await delay(500);
+      // Before: every caller of a joined the first flight, which never emptied: b timed out for ever.
+      await expect(b.load('hung-stream', async () => 'loaded by b', { timeout: 3_000 })).resolves.toBe('loaded by b');
+    } finally {
+      streaming = false;
+      await stream;
+    }
+  });
+
+  it('a background refresh that never settles does not keep the process alive after app.close()', async () => {
+    const child = spawnWorker('close-while-refreshing', [server().url], { stdout: 'pipe' });
+    const exited = once(child, 'exit');
+    const closing = new Promise<void>((resolve) => onWorkerReports(child, () => resolve()));
+    try {
+      await closing;
+      const closedAt = performance.now();
+      await exited;
+      // Before: the refresh's wait (the stale window, 30 s) kept it alive.
+      expect(performance.now() - closedAt).toBeLessThan(5_000);
+    } finally {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+    }
+  });
+
+  it('a value of exactly maxValueBytes reaches the other processes through getOrLoad too', async () => {
+    const a = await flightsOn({ redis: server().url });
+    const b = await flightsOn({ redis: server().url });
+    const value = { s: 'x'.repeat(992) }; // 1,000 bytes of JSON
+    const options = { ttl: 10_000, maxValueBytes: 1_000 };
+    const here = a.getOrLoad('edge', () => delay(150).then(() => value), options);
+    await delay(20);
+    // Before: refused to b, its entry (value and two numbers) measured against the limit.
+    await expect(Promise.all([here, b.getOrLoad('edge', () => value, options)])).resolves.toEqual([value, value]);
+  });
+
+  it('a process that received a value keeps the text that travelled, not the value serialized again', async () => {
+    const boot = async () => {
+      const module = await Test.createTestingModule({
+        imports: [CacheModule.register(), LockModule.forRoot({ redis: server().url, logger: false })],
+      }).compile();
+      await module.init();
+      modules.push(module);
+      return { flights: module.get(SingleFlightService), cache: module.get<Cache>(CACHE_MANAGER) };
+    };
+    const [a, b] = [await boot(), await boot()];
+    const options = {
+      ttl: 10_000,
+      serialize: (value: { a: number }) => JSON.stringify(value),
+      deserialize: (text: string) => ({ ...(JSON.parse(text) as { a: number }), hydrated: true }),
+    };
+    const here = a.flights.getOrLoad('hydrated', () => delay(150).then(() => ({ a: 1 })), options);
+    await delay(20);
+    await Promise.all([here, b.flights.getOrLoad('hydrated', async () => ({ a: 2 }), options)]);
+    await delay(50);
+    expect(await b.cache.get('nest-lock:cache:hydrated')).toBe(await a.cache.get('nest-lock:cache:hydrated'));
+  });
+
+  it('a cached text with an entry’s numbers but no record is a miss: loaded and written over, not an error', async () => {
+    const flights = await flightsOn({ redis: server().url });
+    const redis = new Redis(server().url);
+    try {
+      await redis.set('lock:value:{cache:odd}', `${Date.now() + 60_000}:5:{"old":true}`, 'PX', 60_000);
+      await expect(flights.getOrLoad('odd', async () => 'loaded', { ttl: 10_000 })).resolves.toBe('loaded');
+      expect(await redis.get('lock:value:{cache:odd}')).toMatch(/^\d+:\d+:v"loaded"$/);
+    } finally {
+      redis.disconnect();
+    }
   });
 });

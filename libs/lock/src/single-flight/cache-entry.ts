@@ -82,7 +82,8 @@ export function writeEntry({ freshUntil, loadMs, record }: CacheEntry): string {
 
 /** The entry a cached text holds; `undefined` for none, or for a text this version cannot read. */
 export function readEntry(text: string | undefined): CacheEntry | undefined {
-  const match = text === undefined ? null : /^(\d+):(\d+):/.exec(text);
+  // Its record begins with its kind (flight-record.ts): `v`, `u`, `e` or `x`.
+  const match = text === undefined ? null : /^(\d+):(\d+):(?=[vuex])/.exec(text);
   if (match === null) return undefined;
   return { freshUntil: Number(match[1]), loadMs: Number(match[2]), record: text!.slice(match[0].length) };
 }

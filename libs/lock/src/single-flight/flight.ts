@@ -47,6 +47,8 @@ export class Flight<T> {
   /** Aborted when every caller of this process gave up: it stops waiting, and a load it runs stops counting. */
   private readonly abandoned = new AbortController();
   private readonly names: ReturnType<typeof flightNames>;
+  /** `performance.now()` when it began (see `joinableWithin`). */
+  private readonly startedAt = performance.now();
 
   constructor(
     kind: FlightKind,
@@ -69,8 +71,21 @@ export class Flight<T> {
     );
   }
 
-  /** One caller's wait for the result: its own `timeout` and `signal` end its wait only. */
-  join(timeout: number, signal: AbortSignal | undefined): Promise<T> {
+  /**
+   * Whether a caller that waits `timeout` ms may join it: not once it has run longer than that. A
+   * flight that late may never end (a loader that hangs), and callers that keep joining it would keep
+   * it — and the key's lock — alive for ever; such a caller starts a flight of its own, which waits in
+   * the key's line, and the old one ends when the callers it had give up.
+   */
+  joinableWithin(timeout: number): boolean {
+    return performance.now() - this.startedAt <= timeout;
+  }
+
+  /**
+   * One caller's wait for the result: its own `timeout` and `signal` end its wait only. A wait in the
+   * background (`background`: nobody awaits it) does not keep the process alive.
+   */
+  join(timeout: number, signal: AbortSignal | undefined, background = false): Promise<T> {
     const start = performance.now();
     return new Promise<T>((resolve, reject) => {
       const leave = (): void => {
@@ -92,6 +107,7 @@ export class Flight<T> {
         () => gaveUp(new LoadTimeoutError(this.key, performance.now() - start, timeout)),
         timeout,
       );
+      if (background) timer.unref();
       this.callers.add(caller);
       signal?.addEventListener('abort', aborted, { once: true });
     });

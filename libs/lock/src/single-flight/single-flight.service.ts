@@ -43,7 +43,12 @@ interface Filled<T> {
   readonly value: T;
   readonly freshUntil: number;
   readonly loadMs: number;
+  /** The value's record as it travelled, when it was received: kept as it is (not serialized again). */
+  readonly record?: string;
 }
+
+/** What an entry adds to its record (`<freshUntil>:<loadMs>:`, two numbers of 13 digits at most). */
+const ENTRY_PREFIX_BYTES = 32;
 
 /**
  * The settings of a cache flight, whose result is a `Filled` value: it travels as its cache entry
@@ -52,6 +57,8 @@ interface Filled<T> {
 function filledSettings<T>(key: string, settings: ResolvedCacheOptions<T>): ResolvedSingleFlightOptions<Filled<T>> {
   return {
     ...settings,
+    // The value's own record is held to maxValueBytes; its entry may be that and its two numbers.
+    maxValueBytes: settings.maxValueBytes + ENTRY_PREFIX_BYTES,
     serialize: ({ value, freshUntil, loadMs }) => {
       const record = valueRecord(key, value, settings);
       const refusal = refusalOf(record);
@@ -59,8 +66,10 @@ function filledSettings<T>(key: string, settings: ResolvedCacheOptions<T>): Reso
       return writeEntry({ freshUntil, loadMs, record });
     },
     deserialize: (text) => {
-      const { freshUntil, loadMs, record } = readEntry(text)!;
-      return { value: readRecord(key, record, settings), freshUntil, loadMs };
+      const entry = readEntry(text);
+      if (entry === undefined) throw new Error('not a cache entry (was it left by a process of another build?)');
+      const { freshUntil, loadMs, record } = entry;
+      return { value: readRecord(key, record, settings), freshUntil, loadMs, record };
     },
   };
 }
@@ -172,7 +181,7 @@ export class SingleFlightService implements OnModuleDestroy {
   ): void {
     const servedFor = cached.freshUntil + settings.staleFor - Date.now();
     const timeout = Math.max(settings.timeout, Math.min(servedFor, LONGEST_REFRESH));
-    this.loadIntoCache(key, loader, { ...settings, signal: undefined, timeout }, cache, cached, values).then(
+    this.loadIntoCache(key, loader, { ...settings, signal: undefined, timeout }, cache, cached, values, true).then(
       () => this.failedRefreshes.delete(key),
       (error: unknown) => {
         this.failedRefreshes.set(key, Date.now());
@@ -195,6 +204,7 @@ export class SingleFlightService implements OnModuleDestroy {
     cache: CacheBackend,
     cached: CacheEntry | undefined,
     values: SharedValues,
+    background = false,
   ): Promise<T> {
     const fill = (lock: Lock): Promise<Filled<T>> => this.fill(key, loader, settings, cache, cached, lock);
     const keepReceived = cache.perProcess
@@ -204,7 +214,8 @@ export class SingleFlightService implements OnModuleDestroy {
             this.logger.warn(`"${key}" could not be kept in this process's cache: ${errorMessage(error)}`),
           )
       : undefined;
-    const filled = await this.fly('cache', key, fill, filledSettings(key, settings), values, keepReceived);
+    const flight = filledSettings(key, settings);
+    const filled = await this.fly('cache', key, fill, flight, values, keepReceived, background);
     return filled.value;
   }
 
@@ -271,7 +282,7 @@ export class SingleFlightService implements OnModuleDestroy {
     settings: ResolvedCacheOptions<T>,
     cache: CacheBackend,
   ): Promise<void> {
-    const record = valueRecord(key, filled.value, settings);
+    const record = filled.record ?? valueRecord(key, filled.value, settings);
     const servedFor = filled.freshUntil + settings.staleFor - Date.now();
     if (refusalOf(record) !== undefined || servedFor <= 0) return;
     const entry = writeEntry({ freshUntil: filled.freshUntil, loadMs: filled.loadMs, record });
@@ -318,11 +329,12 @@ export class SingleFlightService implements OnModuleDestroy {
     settings: ResolvedSingleFlightOptions<T>,
     values: SharedValues,
     received?: (value: T) => void,
+    background = false,
   ): Promise<T> {
     settings.signal?.throwIfAborted();
     const id = `${kind}\0${key}`;
     let flight = this.flights.get(id) as Flight<T> | undefined;
-    if (flight === undefined) {
+    if (flight === undefined || !flight.joinableWithin(settings.timeout)) {
       const ended = (): void => {
         if (this.flights.get(id) === started) this.flights.delete(id);
       };
@@ -340,6 +352,6 @@ export class SingleFlightService implements OnModuleDestroy {
       this.flights.set(id, started);
       flight = started;
     }
-    return flight.join(settings.timeout, settings.signal);
+    return flight.join(settings.timeout, settings.signal, background);
   }
 }
