@@ -34,6 +34,23 @@ async function flightsOn(options: LockModuleOptions): Promise<SingleFlightServic
   return app.module.get(SingleFlightService);
 }
 
+/**
+ * An application with a cache manager beside LockModule on `url`: @nestjs/cache-manager's own (in this
+ * process's memory), or `cacheManager` as CACHE_MANAGER; closed after the test.
+ */
+async function bootWithCache(
+  url: string,
+  cacheManager?: { get(key: string): Promise<unknown>; set(key: string, value: unknown): Promise<void> },
+): Promise<{ flights: SingleFlightService; cache: Cache }> {
+  const module = await Test.createTestingModule({
+    imports: [...(cacheManager ? [] : [CacheModule.register()]), LockModule.forRoot({ redis: url, logger: false })],
+    providers: cacheManager ? [{ provide: CACHE_MANAGER, useValue: cacheManager }] : [],
+  }).compile();
+  await module.init();
+  modules.push(module);
+  return { flights: module.get(SingleFlightService), cache: module.get<Cache>(CACHE_MANAGER) };
+}
+
 /** A loader that counts its calls and returns `value` after `ms`. */
 function counted<T>(value: T, ms = 50): { loader: () => Promise<T>; calls: () => number } {
   let calls = 0;
@@ -494,15 +511,7 @@ describe("SingleFlightService.getOrLoad with the application's @nestjs/cache-man
   const server = useRedisServer();
 
   it('keeps values in CACHE_MANAGER (one per process here): one load for both applications, then each reads its own', async () => {
-    const boot = async () => {
-      const module = await Test.createTestingModule({
-        imports: [CacheModule.register(), LockModule.forRoot({ redis: server().url, logger: false })],
-      }).compile();
-      await module.init();
-      modules.push(module);
-      return { flights: module.get(SingleFlightService), cache: module.get<Cache>(CACHE_MANAGER) };
-    };
-    const [a, b] = [await boot(), await boot()];
+    const [a, b] = [await bootWithCache(server().url), await bootWithCache(server().url)];
     const { loader, calls } = counted({ id: 9 }, 150);
     const here = a.flights.getOrLoad('p:9', loader, { ttl: 10_000 });
     await delay(20);
@@ -593,15 +602,7 @@ describe('SingleFlightService: found by a second outside review', () => {
   });
 
   it('a refresh received from another process is kept in a per-process CACHE_MANAGER (before: each refreshed again)', async () => {
-    const boot = async () => {
-      const module = await Test.createTestingModule({
-        imports: [CacheModule.register(), LockModule.forRoot({ redis: server().url, logger: false })],
-      }).compile();
-      await module.init();
-      modules.push(module);
-      return module.get(SingleFlightService);
-    };
-    const [a, b] = [await boot(), await boot()];
+    const [{ flights: a }, { flights: b }] = [await bootWithCache(server().url), await bootWithCache(server().url)];
     let loads = 0;
     const loader = async (): Promise<number> => (await delay(150), ++loads);
     const options = { ttl: 300, staleFor: 60_000 };
@@ -623,15 +624,7 @@ describe('SingleFlightService: found by a second outside review', () => {
       get: async (key: string) => shared.get(key),
       set: async (key: string, value: unknown) => void shared.set(key, value),
     };
-    const boot = async () => {
-      const module = await Test.createTestingModule({
-        imports: [LockModule.forRoot({ redis: server().url, logger: false })],
-        providers: [{ provide: CACHE_MANAGER, useValue: sharedCache }],
-      }).compile();
-      await module.init();
-      modules.push(module);
-      return module.get(SingleFlightService);
-    };
+    const boot = async () => (await bootWithCache(server().url, sharedCache)).flights;
     const [a, b] = [await boot(), await boot()];
     const loader = () => delay(300).then(() => 'value');
     const here = a.getOrLoad('xfetch', loader, { ttl: 10_000 });
@@ -774,15 +767,7 @@ describe('SingleFlightService: found by a third outside review', () => {
   });
 
   it('a process that received a value keeps the text that travelled, not the value serialized again', async () => {
-    const boot = async () => {
-      const module = await Test.createTestingModule({
-        imports: [CacheModule.register(), LockModule.forRoot({ redis: server().url, logger: false })],
-      }).compile();
-      await module.init();
-      modules.push(module);
-      return { flights: module.get(SingleFlightService), cache: module.get<Cache>(CACHE_MANAGER) };
-    };
-    const [a, b] = [await boot(), await boot()];
+    const [a, b] = [await bootWithCache(server().url), await bootWithCache(server().url)];
     const options = {
       ttl: 10_000,
       serialize: (value: { a: number }) => JSON.stringify(value),
