@@ -43,7 +43,7 @@ interface Filled<T> {
   readonly value: T;
   readonly freshUntil: number;
   readonly loadMs: number;
-  /** The value's record as it travelled, when it was received: kept as it is (not serialized again). */
+  /** The value's record, once serialized (or as it travelled, when received): not serialized again. */
   readonly record?: string;
 }
 
@@ -59,8 +59,8 @@ function filledSettings<T>(key: string, settings: ResolvedCacheOptions<T>): Reso
     ...settings,
     // The value's own record is held to maxValueBytes; its entry may be that and its two numbers.
     maxValueBytes: settings.maxValueBytes + ENTRY_PREFIX_BYTES,
-    serialize: ({ value, freshUntil, loadMs }) => {
-      const record = valueRecord(key, value, settings);
+    serialize: ({ value, freshUntil, loadMs, record: serialized }) => {
+      const record = serialized ?? valueRecord(key, value, settings);
       const refusal = refusalOf(record);
       if (refusal !== undefined) throw new ValueRefused(refusal);
       return writeEntry({ freshUntil, loadMs, record });
@@ -269,7 +269,10 @@ export class SingleFlightService implements OnModuleDestroy {
     const value = await loader();
     const fresh = value === null || value === undefined ? settings.notFoundTtl : settings.ttl;
     // Never negative, should the clock step back during the load.
-    const filled = { value, freshUntil: Date.now() + fresh, loadMs: Math.max(0, Date.now() - started) };
+    const freshUntil = Date.now() + fresh;
+    // Serialized once: for the cache and for the processes that wait.
+    const record = valueRecord(key, value, settings);
+    const filled = { value, freshUntil, loadMs: Math.max(0, Date.now() - started), record };
     // Not once the lease ran out (the process froze): the load that came after may have filled it.
     if (lock.validity > 0) await this.keep(key, filled, settings, cache);
     return filled;
