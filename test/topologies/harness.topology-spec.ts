@@ -2,7 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { afterAll, beforeAll, describe, expect, it } from '@jest/globals';
 import { Cluster, Redis } from 'ioredis';
 import { IndependentMasters, RedisClusterTopology, SentinelTopology } from '../support/topologies.js';
-import { command, waitFor } from '../support/topology-tools.js';
+import { command, NotYet, waitFor } from '../support/topology-tools.js';
+import { type HoldHistoryReport, runWorkers } from '../support/workers.js';
 
 /** What the run measured, printed once at the end. */
 const timings: Record<string, number> = {};
@@ -215,6 +216,52 @@ describe('a start that cannot finish in time', () => {
     await expect(RedisClusterTopology.start({ timeoutMs: 300 })).rejects.toThrow(/did not finish within 0\.3 s/);
     expect(ownRedisServers()).toEqual(before);
   });
+});
+
+describe("the workers' start line on a Redis Cluster", () => {
+  let topology: RedisClusterTopology;
+
+  beforeAll(async () => {
+    topology = await RedisClusterTopology.start({ primaries: 3, replicasPerPrimary: 1 });
+  });
+  afterAll(async () => {
+    await topology?.stop();
+  });
+
+  // A fault spec starts its workers, then kills a primary on a schedule: on a loaded machine the workers may
+  // still be at their start line then. Their plain client's commands fail during the failover ("Too many
+  // Cluster redirections"), and the rejection reached the worker's top-level await: the process ended with
+  // an unhandled rejection (exit code 1) — all of them at once, since they all poll the same key.
+  it('holds while the primary serving it is killed: the workers waiting there start once the replica took over', async () => {
+    const keys = [0, 1, 2, 3].map((i) => `start-line:${process.pid}:${i}`);
+    const startLine = `${keys[0]}:ready`;
+    const target = `cluster:${topology.nodes.map(({ host, port }) => `${host}:${port}`).join(',')}`;
+    // hold-history <target> <keys> <processes> <workers> <durationMs> <timeoutMs> lock: 3 processes check in.
+    const args = [target, keys.join(','), 3, 2, 1_000, 5_000, 'lock'];
+    const first = runWorkers<HoldHistoryReport>('hold-history', 2, args);
+    first.catch(() => undefined); // settled below, after the failover
+    const owner = await topology.primaryFor(startLine);
+    // Two of the three have checked in and poll the start line (a counter or a set, whichever the workers keep).
+    await waitFor('two workers at the start line', Date.now() + 30_000, async () => {
+      const type = String(await command(owner.port, ['TYPE', startLine]));
+      const count =
+        type === 'set'
+          ? await command(owner.port, ['SCARD', startLine])
+          : await command(owner.port, ['GET', startLine]);
+      if (Number(count) < 2) throw new NotYet(`${Number(count)} checked in (${type})`);
+    });
+    await topology.kill(owner);
+    await topology.waitForClusterOk();
+    // The third one checks in once the replica serves the start line: then all three run their loops.
+    const third = runWorkers<HoldHistoryReport>('hold-history', 1, args);
+    const [early, late] = await Promise.allSettled([first, third]);
+    // Rejected with each failed worker's stderr (the unhandled rejection) when they did not hold.
+    if (early.status === 'rejected') throw early.reason;
+    if (late.status === 'rejected') throw late.reason;
+    const reports = [...early.value, ...late.value];
+    expect(reports).toHaveLength(3);
+    for (const report of reports) expect(report.holds.length).toBeGreaterThan(0);
+  }, 90_000);
 });
 
 describe('after every topology stopped', () => {

@@ -45,13 +45,32 @@ function connectionsTo(target) {
   return [target, new Redis(target)];
 }
 
-/** Every process checks in under `key`, then waits until all `processes` have, so that they start together. */
+/**
+ * Every process checks in under `key`, then waits until all `processes` have, so that they start together.
+ * The plain client's commands may fail while the fault under test is already injected (a slow start on a
+ * loaded machine meets a primary killed on schedule: CLUSTERDOWN, MOVED to the dead node, "Too many
+ * Cluster redirections"): the worker asks again until they succeed — bounded by its overdue timer, or by
+ * runWorkers' timeout — rather than let the rejection reach its top-level await and end the process
+ * (exit code 1). A check-in sent again after a lost reply counts once: each process adds its own member
+ * to a set (SADD), where INCR would have counted it twice.
+ */
 export async function startTogether(redis, key, processes, onProgress = () => undefined) {
-  onProgress(`INCR ${key}`);
-  const mine = await redis.incr(key);
+  const member = `${process.pid}:${Math.random().toString(36).slice(2)}`;
+  const untilAnswered = async (what, send) => {
+    for (let failures = 0; ; failures++) {
+      try {
+        return await send();
+      } catch (error) {
+        onProgress(`${what} failed ${failures + 1} time(s), last: ${error?.message} (client ${redis.status})`);
+        await delay(50);
+      }
+    }
+  };
+  onProgress(`SADD ${key}`);
+  await untilAnswered(`SADD ${key}`, () => redis.sadd(key, member));
   for (;;) {
-    const count = Number(await redis.get(key));
-    onProgress(`checked in as ${mine}; ${count} of ${processes} in (client ${redis.status})`);
+    const count = Number(await untilAnswered(`SCARD ${key}`, () => redis.scard(key)));
+    onProgress(`checked in; ${count} of ${processes} in (client ${redis.status})`);
     if (count >= processes) return;
     await delay(5);
   }
