@@ -70,7 +70,8 @@ export class LockService implements OnModuleDestroy {
    */
   async lock(key: string | readonly string[], options: LockOptions = {}): Promise<Lock> {
     const keys = validateKeys('key', key);
-    if (keys.length === 1) return this.engine.acquireOrThrow(this.call(keys[0], options, false));
+    // Awaited rather than returned: an async function that returns a promise settles two ticks after it.
+    if (keys.length === 1) return await this.engine.acquireOrThrow(this.call(keys[0], options, false));
     return this.lockAll(keys, options);
   }
 

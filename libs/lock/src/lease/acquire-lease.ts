@@ -43,7 +43,7 @@ export async function acquireLease<Request>(
   const start = performance.now();
   const token = call.policy.token ?? createOwnerToken();
   const line = lineOf(call.kind, call.id);
-  const uncontended = !lines.contended(line) && !keeping.watchdog.holds(call.kind, call.id);
+  const uncontended = !lines.contended(line) && !keeping.watchdog.holds(line);
   const place = placeOf(keeping.store, call, lines.isBusy(line));
   lines.arrive(line);
   let leaveLocalLine: (() => void) | undefined;
@@ -53,9 +53,10 @@ export async function acquireLease<Request>(
       const taken = await takeIfFree(keeping, call, [call.id], token, start + call.policy.timeout);
       // Held, for a caller out of time (`timeout: 0`: this was its one attempt) that cannot be the
       // holder (a fresh token): an attempt now would be refused too.
-      const outOfTime = performance.now() >= start + call.policy.timeout;
-      if (taken === 'held' && outOfTime && call.policy.token === undefined)
-        return { waited: performance.now() - start };
+      if (taken === 'held' && call.policy.token === undefined) {
+        const waited = performance.now() - start;
+        if (waited >= call.policy.timeout) return { waited };
+      }
       if (taken !== undefined && taken !== 'held') {
         // A new tenure of this process: the callers that queued meanwhile may be passed the lease.
         if (leaveLocalLine) lines.won(line, token, taken.sentAt + taken.serverTtl);

@@ -122,6 +122,8 @@ export class HeldLease<Request = unknown> implements WatchedLease {
   /** Handed over for a short lease: the watchdog extends it to `ttl` once, `autoExtend` or not. */
   mustExtend: boolean;
 
+  /** Its kind and id as one key: its line in this process (`LocalLines`), and the watchdog's key. */
+  readonly line: string;
   /** The holder's token: what its users and this process's by-token calls know it by. */
   readonly token: string;
   /** The token the store holds the lease under (see `LeaseGrant.storeToken`): every store call uses it. */
@@ -145,6 +147,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     /** Records the hold time when the lease is released. */
     private readonly hold: HoldTimer,
   ) {
+    this.line = lineOf(kind, id);
     this.token = grant.token;
     this.storeToken = grant.storeToken ?? grant.token;
     this.ownToken = grant.ownToken;
@@ -291,7 +294,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
     this.hold.end();
     const { store, watchdog, releases, lines } = this.keeping;
     watchdog.untrack(this);
-    const line = lineOf(this.kind, this.id);
+    const { line } = this;
     if (unknownLoss && this.passHere(line)) return true;
     // The first waiter of this process, if any, may take the lease over in the same step (not when
     // retried later: by then it waits in the store's line like any other).
@@ -339,7 +342,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
   lose(reason: LockLostError['reason']): void {
     if (this.state !== 'held') return;
     this.state = 'lost';
-    this.keeping.lines.leaseLeft(lineOf(this.kind, this.id), this.storeToken);
+    this.keeping.lines.leaseLeft(this.line, this.storeToken);
     this.keeping.watchdog.untrack(this);
     this.reportLoss(reason);
   }
@@ -393,7 +396,7 @@ export class HeldLease<Request = unknown> implements WatchedLease {
 
   /** An extension sent at `sentAt` succeeded. */
   private extended(sentAt: number, ttl: number): void {
-    this.keeping.lines.extended(lineOf(this.kind, this.id), this.token, performance.now() + ttl);
+    this.keeping.lines.extended(this.line, this.token, performance.now() + ttl);
     this.mustExtend = false;
     this.leaseSentAt = sentAt;
     this.validUntil = sentAt + ttl - driftOf(this.keeping.store, ttl);

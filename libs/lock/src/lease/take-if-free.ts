@@ -59,7 +59,11 @@ function freeTakeOf<Request>(
   ids: readonly string[],
   token: string,
 ): (() => Promise<TakenIfFree | undefined>) | undefined {
-  if (ids.length === 1) return store.acquireIfFree?.bind(store, kind, ids[0], request, token, policy.ttl);
+  if (ids.length === 1) {
+    // A closure, not `bind`: a bound function costs more to make and to call, once per uncontended attempt.
+    if (store.acquireIfFree === undefined) return undefined;
+    return () => store.acquireIfFree?.(kind, ids[0], request, token, policy.ttl) ?? Promise.resolve(undefined);
+  }
   if (store.acquireAllIfFree === undefined) return undefined;
   return async () => {
     const all = await store.acquireAllIfFree?.(kind, ids, request, token, policy.ttl, policy.signal);
@@ -132,7 +136,7 @@ export async function acquireAllIfFree<Request>(
   const ids = calls.map((call) => call.id);
   const { kind } = calls[0];
   const { lines, watchdog } = keeping;
-  if (ids.some((id) => lines.contended(lineOf(kind, id)) || watchdog.holds(kind, id))) {
+  if (ids.some((id) => lines.contended(lineOf(kind, id)) || watchdog.holds(lineOf(kind, id)))) {
     return undefined;
   }
   const taken = await takeIfFree(keeping, calls[0], ids, token, performance.now() + calls[0].policy.timeout);

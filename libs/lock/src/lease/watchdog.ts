@@ -2,12 +2,15 @@ import type { LeaseKind } from '../kinds/lease-kind.js';
 import { errorMessage, LockBackendError, type LockLostError } from '../lock.errors.js';
 import { LONGEST_DURATION } from '../options/durations.js';
 import type { LockStore } from '../store/store.js';
+import { lineOf } from './local-line.js';
 import { extendAll } from './store-capabilities.js';
 
 /** What the watchdog reads and calls of a held lease (`HeldLease`). */
 export interface WatchedLease {
   readonly kind: LeaseKind;
   readonly id: string;
+  /** Its kind and id as one key (`lineOf`): the watchdog finds the leases of a key by it. */
+  readonly line: string;
   readonly token: string;
   /** The token the store holds the lease under (the holder's, unless passed on within the process). */
   readonly storeToken: string;
@@ -40,8 +43,11 @@ export interface WatchedLease {
  */
 export class Watchdog {
   private readonly leases = new Set<WatchedLease>();
-  /** The same leases by kind and id (one token may hold one key twice: a caller's own token, given twice). */
-  private readonly byId = new Map<string, Set<WatchedLease>>();
+  /**
+   * The same leases by kind and id (`lineOf`), oldest first: one token may hold one key twice (a caller's
+   * own token, given twice), readers share one. Arrays, not sets: most keys have one lease at a time.
+   */
+  private readonly byLine = new Map<string, WatchedLease[]>();
   /** Releases on their way to the store: a graceful shutdown waits for them (see `drain`). */
   private releasesInFlight = 0;
   private timer?: NodeJS.Timeout;
@@ -61,10 +67,9 @@ export class Watchdog {
     if (this.closed) return;
     if (!this.leases.has(lease)) {
       this.leases.add(lease);
-      const id = idKeyOf(lease.kind, lease.id);
-      const leases = this.byId.get(id);
-      if (leases === undefined) this.byId.set(id, new Set([lease]));
-      else leases.add(lease);
+      const leases = this.byLine.get(lease.line);
+      if (leases === undefined) this.byLine.set(lease.line, [lease]);
+      else leases.push(lease);
     }
     // Leases taken later with the same ttl fall due later: most calls change no timer.
     const due = nextEventOf(lease);
@@ -73,15 +78,15 @@ export class Watchdog {
 
   untrack(lease: WatchedLease): void {
     if (!this.leases.delete(lease)) return;
-    const id = idKeyOf(lease.kind, lease.id);
-    const leases = this.byId.get(id);
-    leases?.delete(lease);
-    if (leases?.size === 0) this.byId.delete(id);
+    const leases = this.byLine.get(lease.line);
+    if (leases === undefined) return;
+    if (leases.length === 1) this.byLine.delete(lease.line);
+    else leases.splice(leases.indexOf(lease), 1);
   }
 
-  /** Whether a lease of `kind` on `id` is held in this process. */
-  holds(kind: LeaseKind, id: string): boolean {
-    return this.byId.has(idKeyOf(kind, id));
+  /** Whether a lease of `line` (`lineOf` its kind and id) is held in this process. */
+  holds(line: string): boolean {
+    return this.byLine.has(line);
   }
 
   /**
@@ -89,7 +94,7 @@ export class Watchdog {
    * newest last (released and lost ones are not kept).
    */
   leasesOf<L extends WatchedLease>(kind: LeaseKind, id: string, token?: string): L[] {
-    const leases = [...(this.byId.get(idKeyOf(kind, id)) ?? [])] as L[];
+    const leases = [...(this.byLine.get(lineOf(kind, id)) ?? [])] as L[];
     return token === undefined ? leases : leases.filter((lease) => lease.token === token);
   }
 
@@ -140,7 +145,7 @@ export class Watchdog {
       setTimeout(() => lease.lose('expired'), Math.max(0, lease.deadline - performance.now())).unref();
     }
     this.leases.clear();
-    this.byId.clear();
+    this.byLine.clear();
   }
 
   private warnHookFailed(error: unknown): void {
@@ -218,8 +223,4 @@ function nextEventOf(lease: WatchedLease): number {
 /** Renewed: with `autoExtend`, or once to extend a lease handed over for a short while. */
 function keepsExtending(lease: WatchedLease): boolean {
   return lease.policy.autoExtend || lease.mustExtend;
-}
-
-function idKeyOf(kind: LeaseKind, id: string): string {
-  return `${kind.name}\0${id}`;
 }

@@ -122,14 +122,25 @@ export class LockTelemetry {
    * Runs one acquisition (`acquire`) inside a `nest-lock.acquire` span, counted as a waiter
    * meanwhile; records its wait time and outcome, and counts a timeout.
    */
-  async observeAcquire<Result extends { token: string; elapsed: number } | { waited: number }>(
+  observeAcquire<Result extends { token: string; elapsed: number } | { waited: number }>(
     /** The kind of lease (`lock`, `semaphore`): the `nest_lock.kind` attribute. */
     kind: string,
     id: string,
     acquire: () => Promise<Result>,
   ): Promise<Result> {
-    if (this.instruments === undefined || !(this.instruments.metered || this.instruments.tracing())) return acquire();
-    const { api, tracer, waiters } = this.instruments;
+    // Not an async function: unobserved (the common case), the acquisition's own promise is returned as it is.
+    const { instruments } = this;
+    if (instruments === undefined || !(instruments.metered || instruments.tracing())) return acquire();
+    return this.observed(instruments, kind, id, acquire);
+  }
+
+  private observed<Result extends { token: string; elapsed: number } | { waited: number }>(
+    instruments: Instruments,
+    kind: string,
+    id: string,
+    acquire: () => Promise<Result>,
+  ): Promise<Result> {
+    const { api, tracer, waiters } = instruments;
     const kindOnly: Attributes = { 'nest_lock.kind': kind };
     const start = performance.now();
     waiters.add(1, kindOnly);
