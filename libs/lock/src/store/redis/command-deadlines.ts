@@ -9,6 +9,11 @@ export class CommandDeadlines {
 
   constructor(private readonly timeout: number) {}
 
+  /** How many commands are waiting for their answer. */
+  get pending(): number {
+    return this.inFlight.size;
+  }
+
   /** `command`, or the error `timedOut()` makes if it has not settled within the timeout. */
   bound<T>(command: Promise<T>, timedOut: () => Error): Promise<T> {
     return new Promise<T>((resolve, reject) => {

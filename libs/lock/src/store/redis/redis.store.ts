@@ -489,11 +489,13 @@ export class RedisStore implements LockStore {
 
   /**
    * Commands sent in the same tick leave in one write: the socket is corked until the next tick.
-   * Concurrent callers then share a syscall here and a read on the server; a lone command waits
-   * for nothing but the end of the current tick. (A cluster client has a socket per node: not corked.)
+   * Concurrent callers then share a syscall here and a read on the server. A command sent while no
+   * other awaits its answer (a caller alone, or serial) goes out at once: corked, it would pay for a
+   * buffered write and a tick with nobody to share them. (A cluster client has a socket per node: not
+   * corked.)
    */
   private shareWrite(): void {
-    if (this.corked || this.isCluster()) return;
+    if (this.corked || this.deadlines.pending === 0 || this.isCluster()) return;
     const { stream } = this.client as Redis;
     if (stream === undefined || this.client.status !== 'ready') return;
     stream.cork();
