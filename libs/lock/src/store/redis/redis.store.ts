@@ -322,7 +322,7 @@ export class RedisStore implements LockStore {
     this.connection.stop();
     if (this.client.status === 'ready') {
       // QUIT lets replies already on their way arrive; bounded, because a stopped server never answers.
-      await this.withTimeout(this.client.quit(), 'close the connection', '').catch(() => undefined);
+      await this.waitAtMost(this.client.quit());
     }
     this.client.disconnect();
   }
@@ -445,46 +445,68 @@ export class RedisStore implements LockStore {
   ): Promise<unknown> {
     const { sha, source } = this.compiled(script);
     const numberOfKeys = keys.length;
-    return this.run(id, purpose, (timedOut) =>
-      this.client.evalsha(sha, numberOfKeys, ...keys, ...argv).catch((error: unknown) => {
+    return this.run(
+      id,
+      purpose,
+      () => this.client.evalsha(sha, numberOfKeys, ...keys, ...argv),
+      (error) => {
         // The server lost its script cache (restart, failover, SCRIPT FLUSH): EVAL runs and caches it again —
-        // unless the caller already gave up on this command (its deadline passed, or its signal aborted):
-        // resent that late, it would come after the caller's next commands (a release sent again after a
-        // new lock with the same token; an attempt sent again after the release that gave it up).
-        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || timedOut() || signal?.aborted)
-          throw error;
+        // unless the caller gave up on this command (its signal aborted; `run` asks this only before its
+        // deadline): resent that late, it would come after the caller's next commands (a release sent again
+        // after a new lock with the same token; an attempt sent again after the release that gave it up).
+        if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT') || signal?.aborted) return undefined;
         return this.client.eval(source, numberOfKeys, ...keys, ...argv);
-      }),
+      },
     );
   }
 
   /**
    * Runs one store operation: a closed store, a timeout and every client error become
    * `LockBackendError`, saying what could not be done (`purpose`, a phrase made only for an error).
+   * `resend`, asked when the command failed before its deadline, may send it again another way (a
+   * script by its text): its answer is the command's. One promise per command on the way (this path is
+   * every lock's: the two it took, an async function around a deadline's, cost more than the rest of it).
    */
-  private async run<T>(
+  private run<T>(
     id: string,
     purpose: string | (() => string),
-    command: (timedOut: () => boolean) => Promise<T>,
+    send: () => Promise<T>,
+    resend?: (error: unknown) => Promise<T> | undefined,
   ): Promise<T> {
-    if (this.closed) throw new LockBackendError('The Redis lock store is closed', id, { retryable: false });
+    if (this.closed) {
+      return Promise.reject(new LockBackendError('The Redis lock store is closed', id, { retryable: false }));
+    }
     // Refused for its password, user or database: every command would be; none waits for that.
     const { misconfiguration } = this.connection;
-    if (misconfiguration !== undefined) throw misconfiguredError(misconfiguration, phrase(purpose), id);
+    if (misconfiguration !== undefined)
+      return Promise.reject(misconfiguredError(misconfiguration, phrase(purpose), id));
     this.shareWrite();
-    const deadline = performance.now() + this.options.commandTimeout;
-    try {
-      const answer = await this.withTimeout(
-        command(() => performance.now() >= deadline),
-        purpose,
-        id,
-      );
-      this.connection.commandAnswered();
-      return answer;
-    } catch (error) {
-      this.connection.commandFailed(error);
-      throw backendErrorOf(error, phrase(purpose), id, this.connection);
-    }
+    return new Promise<T>((resolve, reject) => {
+      const fail = (error: unknown) => {
+        this.connection.commandFailed(error);
+        reject(backendErrorOf(error, phrase(purpose), id, this.connection));
+      };
+      const command = this.deadlines.sent(() => {
+        this.connection.commandUnanswered(this.options.commandTimeout);
+        fail(unansweredError(phrase(purpose), id, this.options.commandTimeout));
+      });
+      // An answer or failure after the deadline changes nothing: the caller was told it timed out.
+      const answered = (answer: T) => {
+        if (!this.deadlines.settled(command)) return;
+        this.connection.commandAnswered();
+        resolve(answer);
+      };
+      const failed = (error: unknown) => {
+        const again = performance.now() < command.deadline ? resend?.(error) : undefined;
+        if (again !== undefined) return void again.then(answered, failed);
+        if (this.deadlines.settled(command)) fail(error);
+      };
+      try {
+        send().then(answered, failed);
+      } catch (error) {
+        failed(error);
+      }
+    });
   }
 
   /**
@@ -506,10 +528,15 @@ export class RedisStore implements LockStore {
     });
   }
 
-  private withTimeout<T>(command: Promise<T>, purpose: string | (() => string), id: string): Promise<T> {
-    return this.deadlines.bound(command, () => {
-      this.connection.commandUnanswered(this.options.commandTimeout);
-      return unansweredError(phrase(purpose), id, this.options.commandTimeout);
+  /** Waits for `command` within the command timeout, whatever it comes to. */
+  private waitAtMost(command: Promise<unknown>): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const inFlight = this.deadlines.sent(resolve);
+      const settle = () => {
+        this.deadlines.settled(inFlight);
+        resolve();
+      };
+      command.then(settle, settle);
     });
   }
 }
