@@ -56,6 +56,12 @@ export class Fleet {
     return this.elections().find((e) => e.term! > afterTerm)!;
   }
 
+  /** Whether every live process has begun its campaign (printed `ready`). */
+  private allCampaigning(): boolean {
+    const campaigning = new Set(this.changes.filter((change) => change.event === 'ready').map(({ pid }) => pid));
+    return [...this.alive.keys()].every((pid) => campaigning.has(pid));
+  }
+
   settingsOf(pid: number): { child: ChildProcess; ttl: number; fair: string } {
     return this.alive.get(pid)!;
   }
@@ -65,12 +71,17 @@ export class Fleet {
    * shut down (`sigterm`) or frozen (`sigstop`), or else `storeFault`, a fault of the store — and waits
    * for the next leader. A frozen leader runs again once its successor wrote: it must not act under
    * its old term. Returns the next leader and the failover time.
+   *
+   * A round begins once every process campaigns: a process that replaced an ended one and still starts
+   * is no candidate yet, and rounds in quick succession would otherwise measure how long a process takes
+   * to start (up to a second on a loaded machine) rather than the failover to a waiting campaign.
    */
   async round(
     leader: Change,
     fault: string,
     storeFault?: () => Promise<unknown>,
   ): Promise<{ next: Change; failover: number }> {
+    await until('every process campaigning', () => this.allCampaigning(), 30_000);
     await delay(30);
     const faultAt = Date.now();
     if (fault === 'sigkill') await this.replace(leader.pid, 'SIGKILL');
